@@ -1,0 +1,14 @@
+module github.com/rbdfence/rbdfence
+
+go 1.26
+
+require (
+	github.com/OpenNebula/one/src/oca/go/src/goca v0.0.0-20230221172108-c4ab0456bf45 // indirect
+	github.com/ceph/go-ceph v0.37.0 // indirect
+	github.com/hashicorp/go-cleanhttp v0.5.1 // indirect
+	github.com/kolo/xmlrpc v0.0.0-20190717152603-07c4ee3fd181 // indirect
+	github.com/sirupsen/logrus v1.10.2 // indirect
+	golang.org/x/sys v0.38.0 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
+	libvirt.org/go/libvirtxml v1.12008.0 // indirect
+)

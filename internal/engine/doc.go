@@ -1,0 +1,2 @@
+// Package engine decides and performs fencing of foreign RBD clients.
+package engine
