@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+
+	"github.com/rbdfence/rbdfence/internal/fencer"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
+)
+
+// runHost is the host-side step of the front-end drivers: one JSON request on
+// stdin, one JSON response on stdout (always, also on failure).
+func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("host", flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	write := func(r *hoststep.Response) error {
+		return json.NewEncoder(stdout).Encode(r)
+	}
+	if err := parseFlags(fs, args); err != nil {
+		_ = write(&hoststep.Response{Kind: hoststep.KindUsage, Error: err.Error()})
+		return err
+	}
+	req, err := hoststep.ReadRequest(stdin)
+	if err != nil {
+		_ = write(&hoststep.Response{Kind: hoststep.KindUsage, Error: err.Error()})
+		return usagef("%v", err)
+	}
+	cfg, err := c.load()
+	if err != nil {
+		_ = write(&hoststep.Response{Op: req.Op, Kind: hoststep.KindUsage, Error: err.Error()})
+		return err
+	}
+	ctx, cancel := bounded(ctx, cfg)
+	defer cancel()
+	resp := fencer.Do(ctx, cfg, req)
+	if err := write(resp); err != nil {
+		return err
+	}
+	if !resp.OK {
+		return &hostStepError{resp}
+	}
+	return nil
+}
+
+type hostStepError struct{ r *hoststep.Response }
+
+func (e *hostStepError) Error() string { return e.r.Error }

@@ -1,0 +1,111 @@
+// Command rbdfence is the operator's CLI and the host-side step of the
+// OpenNebula drivers: it finds every client of a VM's RBD images and fences
+// the foreign ones. Run "rbdfence help" for the verbs and exit codes.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/rbdfence/rbdfence/internal/ceph"
+	"github.com/rbdfence/rbdfence/internal/engine"
+)
+
+// Exit codes: documented in the README and in usage.
+const (
+	exitOK       = 0
+	exitFailure  = 1 // a fence or check did not complete
+	exitUsage    = 2 // bad flags, arguments, input or config
+	exitCeph     = 3 // Ceph unreachable or credentials refused
+	exitRefused  = 4 // claim refused: another run, a newer deploy, another host
+	exitFoundAny = 5 // check: foreign clients found that fence would fence
+)
+
+const usage = `usage: rbdfence <verb> [flags]
+
+verbs:
+  check  --image POOL/IMAGE [...]   dry run: show every client and what fence would do
+  fence  --image POOL/IMAGE [...]   blocklist and unlock every foreign client
+  host   <op>                       host-side step of the OpenNebula drivers (JSON on stdin/stdout)
+  claim  show --vm ID --pool POOL   show a VM's claim
+  version                           print the version
+
+common flags: --config FILE (or $RBDFENCE_CONFIG; default /etc/one/rbdfence.yaml)
+  --mon-host H[,H] --id USER --keyring FILE --ceph-conf FILE --json
+
+exit codes: 0 clean or fenced; 1 fence/check incomplete; 2 usage, input or config error;
+  3 Ceph unreachable or credentials refused; 4 start refused by the VM's claim;
+  5 check found clients that fence would fence
+`
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
+
+var errFound = errors.New("foreign clients found")
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	var err error
+	switch args[0] {
+	case "check":
+		err = runCheck(ctx, args[1:], stdout, stderr, true)
+	case "fence":
+		err = runCheck(ctx, args[1:], stdout, stderr, false)
+	case "host":
+		err = runHost(ctx, args[1:], stdin, stdout, stderr)
+	case "claim":
+		err = runClaim(ctx, args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "rbdfence", version)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		err = usagef("unknown verb %q (try: rbdfence help)", args[0])
+	}
+	return exitCode(err, stderr)
+}
+
+// exitCode maps an error to its exit code and prints it as one line.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return exitOK
+	}
+	if errors.Is(err, errFound) {
+		return exitFoundAny
+	}
+	fmt.Fprintln(stderr, "rbdfence: "+strings.Join(strings.Fields(err.Error()), " "))
+	var (
+		ue    *usageError
+		ce    *ceph.ConnectError
+		held  *engine.ClaimHeldError
+		nd    *engine.NewerDeployError
+		else_ *engine.ClaimedElsewhereError
+		cfgE  *configError
+	)
+	switch {
+	case errors.As(err, &ue), errors.As(err, &cfgE):
+		return exitUsage
+	case errors.As(err, &ce):
+		return exitCeph
+	case errors.As(err, &held), errors.As(err, &nd), errors.As(err, &else_):
+		return exitRefused
+	}
+	return exitFailure
+}

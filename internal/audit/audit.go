@@ -1,0 +1,124 @@
+// Package audit keeps rbdfence's append-only JSON audit log: one line per
+// client fenced (or whose fence failed), written before any event is sent.
+package audit
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/engine"
+)
+
+// Record is one audit line.
+type Record struct {
+	Time    time.Time `json:"time"`
+	Run     string    `json:"run"`
+	Op      string    `json:"op"` // prestart, fence, postmigrate, failmigrate, hook, unfence
+	VM      int       `json:"vm"` // -1 when not a VM
+	Host    string    `json:"host,omitempty"`
+	Image   string    `json:"image,omitempty"`
+	Client  string    `json:"client,omitempty"`
+	Address string    `json:"address"`
+	Cookie  string    `json:"cookie,omitempty"`
+	Action  string    `json:"action"`
+	Expire  time.Time `json:"expire,omitzero"`
+	Result  string    `json:"result"` // ok or error
+	Error   string    `json:"error,omitempty"`
+}
+
+// Meta is what a run knows about itself.
+type Meta struct {
+	Run  string
+	Op   string
+	VM   int
+	Host string
+}
+
+// FromReport returns one record per client this run fenced or failed to fence.
+func FromReport(r *engine.Report, m Meta, now time.Time) []Record {
+	var out []Record
+	add := func(image string, c engine.ClientReport) {
+		if !c.Fenced() && c.Action != engine.ActFailed {
+			return
+		}
+		res := "ok"
+		if c.Error != "" {
+			res = "error"
+		}
+		out = append(out, Record{Time: now.UTC(), Run: m.Run, Op: m.Op, VM: m.VM, Host: m.Host, Image: image,
+			Client: c.Client, Address: c.Address, Cookie: c.Cookie, Action: string(c.Action), Expire: c.Expire, Result: res, Error: c.Error})
+	}
+	if r == nil {
+		return nil
+	}
+	for _, im := range r.Images {
+		for _, c := range im.Clients {
+			add(im.Image, c)
+		}
+	}
+	for _, c := range r.Recorded {
+		add("", c)
+	}
+	return out
+}
+
+// Append writes recs to the log at path in one O_APPEND write and syncs it.
+// The file is created 0640 and its directory 0750.
+func Append(path string, recs []Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	var buf []byte
+	for _, r := range recs {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		buf = append(append(buf, b...), '\n')
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return fmt.Errorf("audit log %s: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return fmt.Errorf("audit log %s: %w", path, err)
+	}
+	if _, err := f.Write(buf); err != nil {
+		f.Close()
+		return fmt.Errorf("audit log %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("audit log %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// Read returns every record in the log; a missing log is empty. Lines that do
+// not parse (a torn last line after a crash) are skipped and counted.
+func Read(path string) (recs []Record, bad int, err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var r Record
+		if json.Unmarshal(sc.Bytes(), &r) != nil {
+			bad++
+			continue
+		}
+		recs = append(recs, r)
+	}
+	return recs, bad, sc.Err()
+}

@@ -1,0 +1,471 @@
+//go:build cgo
+
+// Package ceph is the one adapter between rbdfence and Ceph: it implements
+// engine.Cluster with go-ceph (librados, librbd) and absorbs go-ceph's quirks
+// in one place: LockExclusive's int result, the NUL in lock tags, the "v1:"
+// address prefix, our own watcher, and the blocklist expiry that must be a
+// JSON number with a fraction.
+package ceph
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ceph/go-ceph/rados"
+	"github.com/ceph/go-ceph/rbd"
+
+	"github.com/rbdfence/rbdfence/internal/engine"
+)
+
+// Config says how to reach the cluster. Every call is bounded by OpTimeout,
+// the connection by ConnectTimeout.
+type Config struct {
+	// Conf is a ceph.conf path; empty reads the default one unless MonHost is set.
+	Conf string
+	// MonHost is a monitor list ("ip:port,ip:port"); overrides the conf file.
+	MonHost string
+	// User is the cephx id without "client." (default "admin" as librados does).
+	User string
+	// Keyring is the keyring path.
+	Keyring        string
+	ConnectTimeout time.Duration
+	OpTimeout      time.Duration
+}
+
+// Cluster is a connection to one Ceph cluster.
+type Cluster struct {
+	conn *rados.Conn
+	cfg  Config
+	own  map[engine.Addr]bool
+
+	mu     sync.Mutex
+	ioctxs map[string]*rados.IOContext
+}
+
+var _ engine.Cluster = (*Cluster)(nil)
+
+// ConnectError is returned when the cluster cannot be reached or refuses us.
+type ConnectError struct {
+	MonHost string
+	User    string
+	Errno   int
+	Err     error
+}
+
+func (e *ConnectError) Error() string {
+	mons := e.MonHost
+	if mons == "" {
+		mons = "(monitors from ceph.conf)"
+	}
+	switch {
+	case e.Errno == int(syscall.EACCES) || e.Errno == int(syscall.EPERM):
+		return fmt.Sprintf("Ceph monitors %s refused client.%s: check the key in the keyring and the user's caps", mons, e.User)
+	case e.Errno == int(syscall.ETIMEDOUT) || errors.Is(e.Err, context.DeadlineExceeded):
+		return fmt.Sprintf("cannot reach Ceph monitors %s as client.%s: timed out; check mon_host and the network", mons, e.User)
+	}
+	return fmt.Sprintf("cannot connect to Ceph monitors %s as client.%s: %v", mons, e.User, e.Err)
+}
+
+func (e *ConnectError) Unwrap() error { return e.Err }
+
+// Errno returns the Ceph/POSIX error number inside a go-ceph error, or 0.
+func Errno(err error) int {
+	var ec interface{ ErrorCode() int }
+	if errors.As(err, &ec) {
+		n := ec.ErrorCode()
+		if n < 0 {
+			n = -n
+		}
+		return n
+	}
+	return 0
+}
+
+func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 3, 64) }
+
+// Connect opens a connection, bounded by cfg.ConnectTimeout and ctx.
+func Connect(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.User == "" {
+		cfg.User = "admin"
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	if cfg.OpTimeout <= 0 {
+		cfg.OpTimeout = 10 * time.Second
+	}
+	conn, err := rados.NewConnWithUser(cfg.User)
+	if err != nil {
+		return nil, &ConnectError{MonHost: cfg.MonHost, User: cfg.User, Errno: Errno(err), Err: err}
+	}
+	fail := func(what string, err error) (*Cluster, error) {
+		conn.Shutdown()
+		return nil, &ConnectError{MonHost: cfg.MonHost, User: cfg.User, Errno: Errno(err), Err: fmt.Errorf("%s: %w", what, err)}
+	}
+	switch {
+	case cfg.Conf != "":
+		if err := conn.ReadConfigFile(cfg.Conf); err != nil {
+			return fail("reading "+cfg.Conf, err)
+		}
+	case cfg.MonHost == "":
+		if err := conn.ReadDefaultConfigFile(); err != nil {
+			return fail("reading the default ceph.conf", err)
+		}
+	}
+	opts := [][2]string{
+		{"client_mount_timeout", secs(cfg.ConnectTimeout)},
+		{"rados_mon_op_timeout", secs(cfg.OpTimeout)},
+		{"rados_osd_op_timeout", secs(cfg.OpTimeout)},
+		// We blocklist explicitly first (DESIGN: Ceph bug 54613 with LockBreak).
+		{"rbd_blocklist_on_break_lock", "false"},
+		// Our stderr is OpenNebula's error channel: keep librados quiet there.
+		{"log_to_stderr", "false"},
+		{"err_to_stderr", "false"},
+		{"log_file", ""},
+	}
+	if cfg.MonHost != "" {
+		opts = append(opts, [2]string{"mon_host", cfg.MonHost})
+	}
+	if cfg.Keyring != "" {
+		opts = append(opts, [2]string{"keyring", cfg.Keyring})
+	}
+	for _, o := range opts {
+		if err := conn.SetConfigOption(o[0], o[1]); err != nil {
+			return fail("setting "+o[0], err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- conn.Connect() }()
+	deadline := time.NewTimer(cfg.ConnectTimeout + 2*time.Second)
+	defer deadline.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			// librados reports a missing/unreadable keyring as ENOENT.
+			if Errno(err) == int(syscall.ENOENT) && cfg.Keyring != "" {
+				return fail("keyring "+cfg.Keyring+" missing or without a key for client."+cfg.User, err)
+			}
+			if Errno(err) == int(syscall.ETIMEDOUT) {
+				conn.Shutdown()
+				return nil, &ConnectError{MonHost: cfg.MonHost, User: cfg.User, Errno: int(syscall.ETIMEDOUT), Err: err}
+			}
+			return fail("connect", err)
+		}
+	case <-ctx.Done():
+		return nil, &ConnectError{MonHost: cfg.MonHost, User: cfg.User, Err: ctx.Err()}
+	case <-deadline.C:
+		return nil, &ConnectError{MonHost: cfg.MonHost, User: cfg.User, Errno: int(syscall.ETIMEDOUT), Err: context.DeadlineExceeded}
+	}
+	c := &Cluster{conn: conn, cfg: cfg, own: map[engine.Addr]bool{}, ioctxs: map[string]*rados.IOContext{}}
+	if s, err := conn.GetAddrs(); err == nil {
+		for _, a := range ParseAddrList(s) {
+			c.own[a] = true
+		}
+	}
+	return c, nil
+}
+
+// ParseAddrList parses the address forms librados prints for one entity:
+// "ip:port/nonce", "v1:ip:port/nonce", "[v2:ip:port/nonce,v1:ip:port/nonce]".
+// Unparsable parts are dropped.
+func ParseAddrList(s string) []engine.Addr {
+	s = strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(s), "["), "]"))
+	var out []engine.Addr
+	for _, p := range strings.Split(s, ",") {
+		if a, err := engine.ParseAddr(strings.TrimSpace(p)); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// OwnAddrs returns our own client addresses.
+func (c *Cluster) OwnAddrs() []engine.Addr {
+	out := make([]engine.Addr, 0, len(c.own))
+	for a := range c.own {
+		out = append(out, a)
+	}
+	return out
+}
+
+// InstanceID returns our client's global id (client.<ID>).
+func (c *Cluster) InstanceID() uint64 { return c.conn.GetInstanceID() }
+
+// Close shuts the connection down.
+func (c *Cluster) Close() {
+	c.mu.Lock()
+	for _, io := range c.ioctxs {
+		io.Destroy()
+	}
+	c.ioctxs = nil
+	c.mu.Unlock()
+	c.conn.Shutdown()
+}
+
+// call runs f in a goroutine and returns when it finishes or ctx is done. The
+// librados timeouts bound f itself; ctx bounds the caller.
+func call[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	type res struct {
+		v   T
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		v, err := f()
+		ch <- res{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+func (c *Cluster) ioctx(pool, ns string) (*rados.IOContext, error) {
+	key := pool + "\x00" + ns
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if io, ok := c.ioctxs[key]; ok {
+		return io, nil
+	}
+	io, err := c.conn.OpenIOContext(pool)
+	if err != nil {
+		if Errno(err) == int(syscall.ENOENT) {
+			return nil, fmt.Errorf("pool %q does not exist", pool)
+		}
+		return nil, fmt.Errorf("pool %q: %w", pool, err)
+	}
+	io.SetNamespace(ns)
+	c.ioctxs[key] = io
+	return io, nil
+}
+
+// ImageClients lists lockers and watchers of img without our own client.
+// Similar To: rbd lock ls POOL/IMAGE; rbd status POOL/IMAGE
+func (c *Cluster) ImageClients(ctx context.Context, img engine.Image) (engine.Clients, error) {
+	return call(ctx, func() (engine.Clients, error) {
+		var out engine.Clients
+		io, err := c.ioctx(img.Pool, img.Namespace)
+		if err != nil {
+			return out, err
+		}
+		im, err := rbd.OpenImageReadOnly(io, img.Name, rbd.NoSnapshot)
+		if err != nil {
+			if Errno(err) == int(syscall.ENOENT) {
+				return out, fmt.Errorf("%s: %w", img, engine.ErrImageNotFound)
+			}
+			return out, err
+		}
+		defer im.Close()
+		_, lockers, err := im.ListLockers()
+		if err != nil {
+			return out, fmt.Errorf("listing lockers: %w", err)
+		}
+		for _, l := range lockers {
+			a, err := engine.ParseAddr(strings.TrimRight(l.Addr, "\x00"))
+			if err != nil {
+				return out, fmt.Errorf("locker %s: %w", l.Client, err)
+			}
+			if c.own[a] {
+				continue
+			}
+			out.Lockers = append(out.Lockers, engine.Locker{Client: strings.TrimRight(l.Client, "\x00"), Cookie: strings.TrimRight(l.Cookie, "\x00"), Addr: a})
+		}
+		ws, err := im.ListWatchers()
+		if err != nil {
+			return out, fmt.Errorf("listing watchers: %w", err)
+		}
+		for _, w := range ws {
+			a, err := engine.ParseAddr(w.Addr)
+			if err != nil {
+				return out, fmt.Errorf("watcher %d: %w", w.Id, err)
+			}
+			if c.own[a] {
+				continue
+			}
+			out.Watchers = append(out.Watchers, engine.Watcher{Addr: a, ID: w.Id, Cookie: w.Cookie})
+		}
+		return out, nil
+	})
+}
+
+// blocklistCmd builds the mon command. expire must be a JSON number with a
+// fraction: the monitor rejects 3600 and "3600".
+func blocklistCmd(prefix, opKey string, a engine.Addr, expire time.Duration) []byte {
+	type cmd struct {
+		Prefix string      `json:"prefix"`
+		Op     string      `json:"blocklistop"`
+		Addr   string      `json:"addr"`
+		Expire json.Number `json:"expire"`
+	}
+	b, _ := json.Marshal(cmd{Prefix: prefix, Op: "add", Addr: a.String(), Expire: json.Number(strconv.FormatFloat(expire.Seconds(), 'f', 1, 64))})
+	if opKey != "blocklistop" {
+		b = []byte(strings.Replace(string(b), `"blocklistop"`, `"`+opKey+`"`, 1))
+	}
+	return b
+}
+
+// Blocklist adds the exact client address to the OSD blocklist.
+// Similar To: ceph osd blocklist add ADDR EXPIRE
+func (c *Cluster) Blocklist(ctx context.Context, a engine.Addr, expire time.Duration) error {
+	if !a.Exact() {
+		return fmt.Errorf("refusing to blocklist %s: not one client instance", a)
+	}
+	_, err := call(ctx, func() (struct{}, error) {
+		_, info, err := c.conn.MonCommand(blocklistCmd("osd blocklist", "blocklistop", a, expire))
+		if err != nil && Errno(err) == int(syscall.EINVAL) && strings.Contains(info, "command") {
+			// Pre-Pacific monitors only know the old name.
+			_, info, err = c.conn.MonCommand(blocklistCmd("osd blacklist", "blacklistop", a, expire))
+		}
+		if err != nil {
+			if Errno(err) == int(syscall.EACCES) {
+				return struct{}{}, fmt.Errorf("client.%s may not add blocklist entries (mon caps need 'profile rbd'): %v", c.cfg.User, err)
+			}
+			return struct{}{}, fmt.Errorf("%v %s", err, strings.TrimSpace(info))
+		}
+		return struct{}{}, nil
+	})
+	return err
+}
+
+// WaitForLatestOSDMap waits until our client has the newest OSD map.
+func (c *Cluster) WaitForLatestOSDMap(ctx context.Context) error {
+	_, err := call(ctx, func() (struct{}, error) { return struct{}{}, c.conn.WaitForLatestOSDMap() })
+	return err
+}
+
+// BreakLock breaks one lock; a lock already gone is not an error.
+// Similar To: rbd lock rm POOL/IMAGE COOKIE CLIENT
+func (c *Cluster) BreakLock(ctx context.Context, img engine.Image, l engine.Locker) error {
+	_, err := call(ctx, func() (struct{}, error) {
+		io, err := c.ioctx(img.Pool, img.Namespace)
+		if err != nil {
+			return struct{}{}, err
+		}
+		im, err := rbd.OpenImage(io, img.Name, rbd.NoSnapshot)
+		if err != nil {
+			return struct{}{}, err
+		}
+		defer im.Close()
+		err = im.BreakLock(l.Client, l.Cookie)
+		if Errno(err) == int(syscall.ENOENT) {
+			return struct{}{}, nil
+		}
+		return struct{}{}, err
+	})
+	return err
+}
+
+const leaseName = "rbdfence.claim"
+
+// AcquireLease takes the exclusive lease on oid for d.
+func (c *Cluster) AcquireLease(ctx context.Context, pool, oid, cookie string, d time.Duration) error {
+	_, err := call(ctx, func() (struct{}, error) {
+		io, err := c.conn.OpenIOContext(pool)
+		if err != nil {
+			return struct{}{}, fmt.Errorf("pool %q: %w", pool, err)
+		}
+		defer io.Destroy()
+		ret, err := io.LockExclusive(oid, leaseName, cookie, "rbdfence VM claim", d, nil)
+		if err != nil {
+			return struct{}{}, err
+		}
+		switch ret {
+		case 0, -int(syscall.EEXIST): // EEXIST: we hold it with this cookie already
+			return struct{}{}, nil
+		case -int(syscall.EBUSY):
+			holder := "another run"
+			if info, err := io.ListLockers(oid, leaseName); err == nil && len(info.Clients) > 0 {
+				holder = fmt.Sprintf("%s (%s)", strings.TrimRight(info.Cookies[0], "\x00"), strings.TrimRight(info.Clients[0], "\x00"))
+			}
+			return struct{}{}, &engine.LeaseHeldError{Object: pool + "/" + oid, Holder: holder}
+		}
+		return struct{}{}, fmt.Errorf("lock %s/%s: error %d", pool, oid, ret)
+	})
+	return err
+}
+
+// ReleaseLease gives the lease up.
+func (c *Cluster) ReleaseLease(ctx context.Context, pool, oid, cookie string) error {
+	_, err := call(ctx, func() (struct{}, error) {
+		io, err := c.conn.OpenIOContext(pool)
+		if err != nil {
+			return struct{}{}, err
+		}
+		defer io.Destroy()
+		ret, err := io.Unlock(oid, leaseName, cookie)
+		if err != nil {
+			return struct{}{}, err
+		}
+		if ret != 0 && ret != -int(syscall.ENOENT) {
+			return struct{}{}, fmt.Errorf("unlock %s/%s: error %d", pool, oid, ret)
+		}
+		return struct{}{}, nil
+	})
+	return err
+}
+
+const maxObject = 1 << 20
+
+// ReadObject returns the object's data and version.
+func (c *Cluster) ReadObject(ctx context.Context, pool, oid string) ([]byte, uint64, error) {
+	type rv struct {
+		b []byte
+		v uint64
+	}
+	r, err := call(ctx, func() (rv, error) {
+		io, err := c.conn.OpenIOContext(pool)
+		if err != nil {
+			return rv{}, err
+		}
+		defer io.Destroy()
+		buf := make([]byte, maxObject)
+		n, err := io.Read(oid, buf, 0)
+		if errors.Is(err, rados.ErrNotFound) {
+			return rv{}, engine.ErrObjectNotFound
+		}
+		if err != nil {
+			return rv{}, err
+		}
+		v, err := io.GetLastVersion()
+		return rv{buf[:n], v}, err
+	})
+	return r.b, r.v, err
+}
+
+// WriteObject replaces the object's data if its version is still version.
+func (c *Cluster) WriteObject(ctx context.Context, pool, oid string, data []byte, version uint64) error {
+	_, err := call(ctx, func() (struct{}, error) {
+		io, err := c.conn.OpenIOContext(pool)
+		if err != nil {
+			return struct{}{}, err
+		}
+		defer io.Destroy()
+		op := rados.CreateWriteOp()
+		defer op.Release()
+		if version == 0 {
+			op.Create(rados.CreateExclusive)
+		} else {
+			op.AssertVersion(version)
+		}
+		op.WriteFull(data)
+		err = op.Operate(io, oid, rados.OperationNoFlag)
+		switch Errno(err) {
+		case 0:
+			return struct{}{}, nil
+		case int(syscall.ERANGE), int(syscall.EOVERFLOW), int(syscall.EEXIST):
+			return struct{}{}, engine.ErrStale
+		}
+		return struct{}{}, err
+	})
+	return err
+}

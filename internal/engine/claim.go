@@ -1,0 +1,376 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"time"
+)
+
+// ClaimObject is the RADOS object that holds VM vm's claim.
+func ClaimObject(vm int) string { return "rbdfence.vm." + strconv.Itoa(vm) }
+
+// Claim is the per-VM record kept in the claim object: which deploy of the VM
+// may run, where, and the client addresses of the instance that runs.
+type Claim struct {
+	VM int `json:"vm"`
+	// Seq is OpenNebula's HISTORY SEQ of the deploy; -1 when unknown (hook only).
+	Seq int `json:"seq"`
+	// Host is where the admitted instance runs (or is starting).
+	Host string `json:"host"`
+	// Source is who wrote the claim: "frontend", "hook" or "cli".
+	Source string `json:"source"`
+	// State is "starting", "running" or "migrating".
+	State string `json:"state"`
+	// Addrs are the client addresses of the admitted instance, recorded after it
+	// started; the next start elsewhere blocklists them even if not visible.
+	Addrs   []Addr    `json:"addrs,omitempty"`
+	Window  *Window   `json:"window,omitempty"`
+	Run     string    `json:"run"`
+	Updated time.Time `json:"updated"`
+}
+
+// Window is an open live-migration handover: starts on Dst do not fence.
+type Window struct {
+	Src     string    `json:"src"`
+	Dst     string    `json:"dst"`
+	Opened  time.Time `json:"opened"`
+	Expires time.Time `json:"expires"`
+}
+
+// Claim states.
+const (
+	StateStarting  = "starting"
+	StateRunning   = "running"
+	StateMigrating = "migrating"
+)
+
+// Claim sources.
+const (
+	SourceFrontend = "frontend"
+	SourceHook     = "hook"
+	SourceCLI      = "cli"
+)
+
+// Who identifies the party acting on a claim.
+type Who struct {
+	VM     int
+	Seq    int // -1 when unknown
+	Host   string
+	Source string
+	Run    string // unique id of this run
+	Pool   string // pool that holds the claim object
+}
+
+func (w Who) cookie() string {
+	return fmt.Sprintf("host=%s source=%s run=%s seq=%d", w.Host, w.Source, w.Run, w.Seq)
+}
+
+// ClaimHeldError: another run holds the VM's claim lease right now.
+type ClaimHeldError struct {
+	VM     int
+	Holder string
+}
+
+func (e *ClaimHeldError) Error() string {
+	return fmt.Sprintf("VM %d is being started or migrated by another run (%s); not starting a second copy: retry when it has finished", e.VM, e.Holder)
+}
+
+// NewerDeployError: the claim records a newer deploy than ours.
+type NewerDeployError struct {
+	VM       int
+	Ours     int
+	Recorded Claim
+}
+
+func (e *NewerDeployError) Error() string {
+	return fmt.Sprintf("VM %d: deploy #%d is older than deploy #%d claimed by host %s at %s; refusing to fence a newer instance",
+		e.VM, e.Ours, e.Recorded.Seq, e.Recorded.Host, e.Recorded.Updated.Format(time.RFC3339))
+}
+
+// ClaimedElsewhereError: the same deploy is claimed by another host, or the
+// front-end assigned the VM to another host.
+type ClaimedElsewhereError struct {
+	VM       int
+	Host     string
+	Recorded Claim
+}
+
+func (e *ClaimedElsewhereError) Error() string {
+	return fmt.Sprintf("VM %d: deploy #%d was claimed by host %s (%s) at %s, not by %s; refusing a second copy",
+		e.VM, e.Recorded.Seq, e.Recorded.Host, e.Recorded.Source, e.Recorded.Updated.Format(time.RFC3339), e.Host)
+}
+
+// ClaimResult is the outcome of a claim operation.
+type ClaimResult struct {
+	Claim    Claim   `json:"claim"`
+	Previous *Claim  `json:"previous,omitempty"`
+	Report   *Report `json:"report"`
+	// Handover is true when an open migration window for this host meant nothing was fenced.
+	Handover bool `json:"handover,omitempty"`
+}
+
+// txn runs fn under the VM's claim lease with a compare-and-swap write of the
+// claim fn returns, retrying from the read when the write lost. fn receives
+// nil when there is no claim yet; returning a nil claim writes nothing.
+func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim) (*Claim, error)) error {
+	oid := ClaimObject(w.VM)
+	err := e.c.AcquireLease(ctx, w.Pool, oid, w.cookie(), e.o.Lease)
+	var held *LeaseHeldError
+	if errors.As(err, &held) {
+		return &ClaimHeldError{VM: w.VM, Holder: held.Holder}
+	}
+	if err != nil {
+		return fmt.Errorf("VM %d: cannot take the claim lease %s/%s: %w", w.VM, w.Pool, oid, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = e.c.ReleaseLease(rctx, w.Pool, oid, w.cookie()) // the lease expires on its own
+	}()
+	for attempt := 0; attempt < 5; attempt++ {
+		data, ver, err := e.c.ReadObject(ctx, w.Pool, oid)
+		if err != nil && !errors.Is(err, ErrObjectNotFound) {
+			return fmt.Errorf("VM %d: cannot read claim %s/%s: %w", w.VM, w.Pool, oid, err)
+		}
+		var prev *Claim
+		if len(data) > 0 {
+			prev = &Claim{}
+			if err := json.Unmarshal(data, prev); err != nil {
+				return fmt.Errorf("VM %d: claim %s/%s is corrupt (%v): inspect it with 'rados -p %s get %s -' and remove it if it is garbage", w.VM, w.Pool, oid, err, w.Pool, oid)
+			}
+		}
+		next, err := fn(prev)
+		if err != nil || next == nil {
+			return err
+		}
+		next.VM, next.Run, next.Updated = w.VM, w.Run, e.now().UTC()
+		out, err := json.Marshal(next)
+		if err != nil {
+			return err
+		}
+		err = e.c.WriteObject(ctx, w.Pool, oid, out, ver)
+		if errors.Is(err, ErrStale) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("VM %d: cannot write claim %s/%s: %w", w.VM, w.Pool, oid, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("VM %d: claim %s/%s kept changing under us; retry", w.VM, w.Pool, oid)
+}
+
+// admit decides whether w may start the VM given the recorded claim.
+func admit(w Who, prev *Claim) error {
+	if prev == nil {
+		return nil
+	}
+	switch {
+	case w.Seq >= 0 && prev.Seq > w.Seq:
+		return &NewerDeployError{VM: w.VM, Ours: w.Seq, Recorded: *prev}
+	case w.Seq >= 0 && prev.Seq == w.Seq && prev.Host != w.Host:
+		return &ClaimedElsewhereError{VM: w.VM, Host: w.Host, Recorded: *prev}
+	case w.Seq < 0 && prev.Seq >= 0 && prev.Source == SourceFrontend && prev.Host != w.Host:
+		// The front-end assigned this deploy to another host: a start here is stale.
+		return &ClaimedElsewhereError{VM: w.VM, Host: w.Host, Recorded: *prev}
+	}
+	return nil
+}
+
+// Start claims the VM for w and fences every foreign client of its images plus
+// the addresses recorded for the previous instance. It refuses (typed error)
+// when another run holds the claim, a newer deploy is recorded, or the same
+// deploy is claimed by another host. With dryRun it decides and reports but
+// changes nothing (no fence, no claim written).
+func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*ClaimResult, error) {
+	res := &ClaimResult{}
+	err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
+		res.Previous = prev
+		if err := admit(w, prev); err != nil {
+			return nil, err
+		}
+		seq := w.Seq
+		if seq < 0 && prev != nil && prev.Host == w.Host {
+			seq = prev.Seq // the hook continues the deploy the front-end claimed
+		}
+		next := &Claim{Seq: seq, Host: w.Host, Source: w.Source, State: StateStarting}
+		if prev != nil && prev.Window != nil && prev.Window.Dst == w.Host && e.now().Before(prev.Window.Expires) {
+			res.Handover = true
+			res.Report = e.handover(ctx, imgs)
+			next.Window, next.State = prev.Window, StateMigrating
+			next.Addrs = prev.Addrs
+		} else {
+			var extra []Addr
+			if prev != nil {
+				extra = prev.Addrs
+			}
+			if dryRun {
+				res.Report = e.Check(ctx, imgs, Scope{})
+				return nil, nil
+			}
+			res.Report = e.Fence(ctx, imgs, Scope{}, extra)
+			if err := res.Report.Err(); err != nil {
+				return nil, err // claim not written: the next try fences again
+			}
+		}
+		if prev != nil && prev.Source == SourceFrontend && w.Source == SourceHook && prev.Host == w.Host {
+			next.Source = SourceFrontend // keep the front-end's authority over this deploy
+		}
+		if dryRun {
+			return nil, nil
+		}
+		res.Claim = *next
+		return next, nil
+	})
+	return res, err
+}
+
+// Record stores the client addresses of the instance that now runs on w.Host
+// (the watchers of its images whose IP is in scope), marking the claim running.
+func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (*ClaimResult, error) {
+	res := &ClaimResult{}
+	err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
+		res.Previous = prev
+		if err := admit(w, prev); err != nil {
+			return nil, err
+		}
+		r := e.inspect(ctx, imgs, scope, false)
+		r.count()
+		res.Report = r
+		if err := r.Err(); err != nil {
+			return nil, err
+		}
+		next := &Claim{Seq: w.Seq, Host: w.Host, Source: w.Source, State: StateRunning}
+		if prev != nil {
+			if next.Seq < 0 {
+				next.Seq = prev.Seq
+			}
+			if prev.Source == SourceFrontend && prev.Host == w.Host {
+				next.Source = SourceFrontend
+			}
+		}
+		seen := map[Addr]bool{}
+		for _, im := range r.Images {
+			for _, c := range im.Clients {
+				if c.Watcher && scope.covers(c) && !seen[c.addr] {
+					seen[c.addr] = true
+					next.Addrs = append(next.Addrs, c.addr)
+				}
+			}
+		}
+		sort.Slice(next.Addrs, func(i, j int) bool { return next.Addrs[i].String() < next.Addrs[j].String() })
+		res.Claim = *next
+		return next, nil
+	})
+	return res, err
+}
+
+// OpenWindow opens the live-migration handover from src to dst for ttl: a
+// start of the VM on dst fences nothing while it is open. It fences nothing.
+func (e *Engine) OpenWindow(ctx context.Context, w Who, src, dst string, ttl time.Duration) (*ClaimResult, error) {
+	res := &ClaimResult{}
+	err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
+		res.Previous = prev
+		next := &Claim{Seq: w.Seq, Host: src, Source: w.Source, State: StateMigrating}
+		if prev != nil {
+			next.Addrs = prev.Addrs
+			if next.Seq < 0 || prev.Seq > next.Seq {
+				next.Seq = prev.Seq
+			}
+		}
+		now := e.now().UTC()
+		next.Window = &Window{Src: src, Dst: dst, Opened: now, Expires: now.Add(ttl)}
+		res.Claim = *next
+		return next, nil
+	})
+	return res, err
+}
+
+// MigrationOutcome says how a live migration ended.
+type MigrationOutcome int
+
+// Outcomes.
+const (
+	Migrated MigrationOutcome = iota // postmigrate: the VM runs on dst
+	Failed                           // failmigrate: the VM keeps running on src
+)
+
+// CloseWindow closes the handover window and fences the loser of a migration.
+// It must run on dst, with dstIPs the addresses of dst's own interfaces:
+// Migrated fences every lock owner that is not on dst and records dst's
+// clients as the running instance; Failed fences every client on dst (a copy
+// that "failed" but runs) and keeps src as the claim's host.
+func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst string, dstIPs []netip.Addr, outcome MigrationOutcome) (*ClaimResult, error) {
+	scope := Scope{HostIPs: dstIPs}
+	res := &ClaimResult{}
+	err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
+		res.Previous = prev
+		next := &Claim{Seq: w.Seq, Source: w.Source, State: StateRunning}
+		if prev != nil && (next.Seq < 0 || prev.Seq > next.Seq) {
+			next.Seq = prev.Seq
+		}
+		switch outcome {
+		case Migrated:
+			scope.Kind, scope.LockersOnly = ScopeOffHost, true
+			next.Host = dst
+		default:
+			scope.Kind = ScopeOnHost
+			next.Host = src
+			if prev != nil {
+				next.Addrs = prev.Addrs
+			}
+		}
+		res.Report = e.Fence(ctx, imgs, scope, nil)
+		if err := res.Report.Err(); err != nil {
+			return nil, err
+		}
+		if outcome == Migrated {
+			rec := e.inspect(ctx, imgs, Scope{Kind: ScopeOnHost, HostIPs: scope.HostIPs}, false)
+			for _, im := range rec.Images {
+				for _, c := range im.Clients {
+					if c.Watcher && c.Decision == DecideFence {
+						next.Addrs = appendUnique(next.Addrs, c.addr)
+					}
+				}
+			}
+		}
+		res.Claim = *next
+		return next, nil
+	})
+	return res, err
+}
+
+// ReadClaim returns the VM's claim, or nil when there is none. It takes no lease.
+func (e *Engine) ReadClaim(ctx context.Context, pool string, vm int) (*Claim, error) {
+	data, _, err := e.c.ReadObject(ctx, pool, ClaimObject(vm))
+	if errors.Is(err, ErrObjectNotFound) || (err == nil && len(data) == 0) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var c Claim
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("VM %d: claim is corrupt: %v", vm, err)
+	}
+	return &c, nil
+}
+
+// WriteClaim replaces the VM's claim under its lease (admin and tests).
+func (e *Engine) WriteClaim(ctx context.Context, w Who, c Claim) error {
+	return e.txn(ctx, w, func(*Claim) (*Claim, error) { return &c, nil })
+}
+
+func appendUnique(as []Addr, a Addr) []Addr {
+	for _, x := range as {
+		if x == a {
+			return as
+		}
+	}
+	return append(as, a)
+}

@@ -1,0 +1,145 @@
+//go:build cgo
+
+package fencer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/audit"
+	"github.com/rbdfence/rbdfence/internal/ceph"
+	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
+)
+
+// Kind classifies an error for the host-step protocol and exit codes.
+func Kind(err error) string {
+	var (
+		ce   *ceph.ConnectError
+		held *engine.ClaimHeldError
+		nd   *engine.NewerDeployError
+		el   *engine.ClaimedElsewhereError
+	)
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &held), errors.As(err, &nd), errors.As(err, &el):
+		return hoststep.KindRefused
+	case errors.As(err, &ce):
+		return hoststep.KindCeph
+	}
+	return hoststep.KindFailure
+}
+
+// Do performs one host step: it connects to Ceph with the disks' access,
+// runs the engine operation under the VM's claim, appends the audit log and
+// returns the structured response (never nil).
+func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hoststep.Response {
+	resp := &hoststep.Response{Op: req.Op}
+	fail := func(err error) *hoststep.Response {
+		resp.OK, resp.Kind, resp.Error = false, Kind(err), err.Error()
+		return resp
+	}
+	ips, err := HostIPs(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	for _, ip := range ips {
+		resp.HostIPs = append(resp.HostIPs, ip.String())
+	}
+	groups := Groups(cfg, req.Disks)
+	if len(groups) == 0 {
+		resp.OK = true
+		resp.Report = &engine.Report{Images: []engine.ImageReport{}}
+		return resp
+	}
+	opts, err := EngineOptions(cfg)
+	if err != nil {
+		resp.Kind, resp.Error = hoststep.KindUsage, err.Error()
+		return resp
+	}
+	opts.MissingOK = true
+	pool := cfg.Ceph.ClaimPool
+	if pool == "" {
+		pool = groups[0].Images[0].Pool
+	}
+	who := engine.Who{VM: req.VM, Seq: req.Seq, Host: req.Host, Source: req.Source, Run: req.Run, Pool: pool}
+	meta := audit.Meta{Run: req.Run, Op: req.Op, VM: req.VM, Host: req.Host}
+
+	sess, err := Open(ctx, groups[0].Access, opts)
+	if err != nil {
+		return fail(err)
+	}
+	defer sess.Close()
+	var res *engine.ClaimResult
+	switch req.Op {
+	case hoststep.OpCheck:
+		res, err = sess.Engine.Start(ctx, who, groups[0].Images, true)
+	case hoststep.OpStart:
+		res, err = sess.Engine.Start(ctx, who, groups[0].Images, false)
+	case hoststep.OpRecord:
+		res, err = sess.Engine.Record(ctx, who, groups[0].Images, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: ips})
+	case hoststep.OpPremigrate:
+		res, err = sess.Engine.OpenWindow(ctx, who, req.Src, req.Dst, time.Duration(cfg.Fence.MigrationWindow))
+	case hoststep.OpPostmigrate:
+		res, err = sess.Engine.CloseWindow(ctx, who, groups[0].Images, req.Src, req.Dst, ips, engine.Migrated)
+	case hoststep.OpFailmigrate:
+		res, err = sess.Engine.CloseWindow(ctx, who, groups[0].Images, req.Src, req.Dst, ips, engine.Failed)
+	default:
+		return fail(fmt.Errorf("unknown op %q", req.Op))
+	}
+	if res != nil {
+		resp.Handover = res.Handover
+		if res.Claim.Host != "" {
+			c := res.Claim
+			resp.Claim = &c
+		}
+		resp.Report = res.Report
+	}
+	// Disks on other Ceph access sets: fenced without a claim of their own.
+	if err == nil && (req.Op == hoststep.OpStart || req.Op == hoststep.OpCheck) && !resp.Handover {
+		for _, g := range groups[1:] {
+			r, gerr := fenceGroup(ctx, g, opts, req.Op == hoststep.OpCheck)
+			if resp.Report != nil && r != nil {
+				resp.Report.Images = append(resp.Report.Images, r.Images...)
+				resp.Report.Recorded = append(resp.Report.Recorded, r.Recorded...)
+				resp.Report.Fenced += r.Fenced
+				resp.Report.Errors += r.Errors
+			}
+			if gerr != nil {
+				err = gerr
+				break
+			}
+		}
+	}
+	recs, aerr := Audit(cfg, resp.Report, meta)
+	resp.Audit = recs
+	if err == nil && aerr != nil {
+		// The fence is done and reported in Audit; only the local log failed.
+		resp.Error = "audit log not written: " + aerr.Error()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	resp.OK = true
+	return resp
+}
+
+func fenceGroup(ctx context.Context, g Group, opts engine.Options, dry bool) (*engine.Report, error) {
+	s, err := Open(ctx, g.Access, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	var r *engine.Report
+	if dry {
+		r = s.Engine.Check(ctx, g.Images, engine.Scope{})
+	} else {
+		r = s.Engine.Fence(ctx, g.Images, engine.Scope{}, nil)
+	}
+	return r, r.Err()
+}
+
