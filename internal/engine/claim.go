@@ -166,8 +166,8 @@ func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim) (*Claim, e
 }
 
 // admit decides whether w may start the VM given the recorded claim.
-func admit(w Who, prev *Claim) error {
-	if prev == nil {
+func admit(w Who, prev *Claim, now time.Time) error {
+	if prev == nil || inWindow(prev, w.Host, now) {
 		return nil
 	}
 	switch {
@@ -191,7 +191,7 @@ func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*
 	res := &ClaimResult{}
 	err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
 		res.Previous = prev
-		if err := admit(w, prev); err != nil {
+		if err := admit(w, prev, e.now()); err != nil {
 			return nil, err
 		}
 		seq := w.Seq
@@ -199,7 +199,7 @@ func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*
 			seq = prev.Seq // the hook continues the deploy the front-end claimed
 		}
 		next := &Claim{Seq: seq, Host: w.Host, Source: w.Source, State: StateStarting}
-		if prev != nil && prev.Window != nil && prev.Window.Dst == w.Host && e.now().Before(prev.Window.Expires) {
+		if inWindow(prev, w.Host, e.now()) {
 			res.Handover = true
 			res.Report = e.handover(ctx, imgs)
 			next.Window, next.State = prev.Window, StateMigrating
@@ -236,7 +236,7 @@ func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (
 	res := &ClaimResult{}
 	err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
 		res.Previous = prev
-		if err := admit(w, prev); err != nil {
+		if err := admit(w, prev, e.now()); err != nil {
 			return nil, err
 		}
 		r := e.inspect(ctx, imgs, scope, false)
@@ -364,6 +364,11 @@ func (e *Engine) ReadClaim(ctx context.Context, pool string, vm int) (*Claim, er
 // WriteClaim replaces the VM's claim under its lease (admin and tests).
 func (e *Engine) WriteClaim(ctx context.Context, w Who, c Claim) error {
 	return e.txn(ctx, w, func(*Claim) (*Claim, error) { return &c, nil })
+}
+
+// inWindow reports whether an open handover window admits host as destination.
+func inWindow(c *Claim, host string, now time.Time) bool {
+	return c != nil && c.Window != nil && c.Window.Dst == host && now.Before(c.Window.Expires)
 }
 
 func appendUnique(as []Addr, a Addr) []Addr {
