@@ -142,4 +142,3 @@ func fenceGroup(ctx context.Context, g Group, opts engine.Options, dry bool) (*e
 	}
 	return r, r.Err()
 }
-
