@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,6 +78,10 @@ func (e *ConnectError) Unwrap() error { return e.Err }
 
 // Errno returns the Ceph/POSIX error number inside a go-ceph error, or 0.
 func Errno(err error) int {
+	var oe rados.OperationError // has no Unwrap: look inside ourselves
+	if errors.As(err, &oe) && oe.OpError != nil {
+		err = oe.OpError
+	}
 	var ec interface{ ErrorCode() int }
 	if errors.As(err, &ec) {
 		n := ec.ErrorCode()
@@ -88,7 +93,15 @@ func Errno(err error) int {
 	return 0
 }
 
-func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 3, 64) }
+// secs formats d as whole seconds (at least 1): the timeout options are
+// of Ceph's "secs" type and reject fractions.
+func secs(d time.Duration) string {
+	n := int64((d + time.Second - 1) / time.Second)
+	if n < 1 {
+		n = 1
+	}
+	return strconv.FormatInt(n, 10)
+}
 
 // Connect opens a connection, bounded by cfg.ConnectTimeout and ctx.
 func Connect(ctx context.Context, cfg Config) (*Cluster, error) {
@@ -100,6 +113,14 @@ func Connect(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = 10 * time.Second
+	}
+	if cfg.Keyring != "" {
+		// librados would fall back to "no cephx" and print to stderr: say it plainly.
+		if f, err := os.Open(cfg.Keyring); err != nil {
+			return nil, &ConnectError{MonHost: cfg.MonHost, User: cfg.User, Err: fmt.Errorf("keyring %s: %w", cfg.Keyring, errors.Unwrap(err))}
+		} else {
+			f.Close()
+		}
 	}
 	conn, err := rados.NewConnWithUser(cfg.User)
 	if err != nil {
@@ -459,9 +480,10 @@ func (c *Cluster) WriteObject(ctx context.Context, pool, oid string, data []byte
 		}
 		op.WriteFull(data)
 		err = op.Operate(io, oid, rados.OperationNoFlag)
-		switch Errno(err) {
-		case 0:
+		if err == nil {
 			return struct{}{}, nil
+		}
+		switch Errno(err) {
 		case int(syscall.ERANGE), int(syscall.EOVERFLOW), int(syscall.EEXIST):
 			return struct{}{}, engine.ErrStale
 		}
