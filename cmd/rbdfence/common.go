@@ -105,4 +105,3 @@ func fmtTime(t time.Time) string {
 	}
 	return t.UTC().Format(time.RFC3339)
 }
-

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rbdfence/rbdfence/internal/ceph"
 	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
 )
 
 // Exit codes: documented in the README and in usage.
@@ -99,6 +100,18 @@ func exitCode(err error, stderr io.Writer) int {
 		else_ *engine.ClaimedElsewhereError
 		cfgE  *configError
 	)
+	var hs *hostStepError
+	if errors.As(err, &hs) {
+		switch hs.r.Kind {
+		case hoststep.KindUsage:
+			return exitUsage
+		case hoststep.KindCeph:
+			return exitCeph
+		case hoststep.KindRefused:
+			return exitRefused
+		}
+		return exitFailure
+	}
 	switch {
 	case errors.As(err, &ue), errors.As(err, &cfgE):
 		return exitUsage

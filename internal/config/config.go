@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -27,7 +28,7 @@ type Duration time.Duration
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := ParseDuration(n.Value)
 	if err != nil {
-		return err
+		return fmt.Errorf("line %d: %w", n.Line, err)
 	}
 	*d = Duration(v)
 	return nil
@@ -171,14 +172,62 @@ func Load(path string, explicit bool) (*Config, error) {
 	return c, nil
 }
 
-// Parse decodes YAML strictly into c and validates the result.
+// Parse decodes YAML strictly into c and validates the result. Errors name
+// the key ("fence.expire: bad duration ...").
 func Parse(b []byte, c *Config) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return errors.New(oneLine(err.Error()))
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%s", oneLine(err.Error()))
+		msg := oneLine(err.Error())
+		if m := lineRe.FindStringSubmatch(msg); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			if key := keyAt(&doc, line, ""); key != "" {
+				rest := strings.TrimSpace(strings.TrimPrefix(msg, m[0]))
+				if f := fieldRe.FindStringSubmatch(rest); f != nil {
+					rest = "unknown key (see the configuration reference in the README)"
+				}
+				return fmt.Errorf("%s: %s", key, rest)
+			}
+		}
+		return errors.New(msg)
 	}
 	return c.Validate()
+}
+
+var (
+	lineRe  = regexp.MustCompile(`^line (\d+): `)
+	fieldRe = regexp.MustCompile(`^field (\S+) not found in type`)
+)
+
+// keyAt returns the dotted path of the mapping key on line, or "".
+func keyAt(n *yaml.Node, line int, prefix string) string {
+	switch n.Kind {
+	case yaml.DocumentNode, yaml.SequenceNode:
+		for _, c := range n.Content {
+			if k := keyAt(c, line, prefix); k != "" {
+				return k
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			path := k.Value
+			if prefix != "" {
+				path = prefix + "." + k.Value
+			}
+			if k.Line == line || (v.Kind == yaml.ScalarNode && v.Line == line) {
+				return path
+			}
+			if sub := keyAt(v, line, path); sub != "" {
+				return sub
+			}
+		}
+	}
+	return ""
 }
 
 func oneLine(s string) string {

@@ -1,0 +1,368 @@
+// Package cli_test runs the built rbdfence binary through its real contract
+// against the real test cluster, as client.libvirt with the documented caps.
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/vmdisk"
+	"github.com/rbdfence/rbdfence/test/testenv"
+)
+
+type result struct {
+	code   int
+	stdout string
+	stderr string
+	took   time.Duration
+}
+
+// writeConfig writes a config for client.libvirt with a private audit log.
+// fenceExtra is added under "fence:".
+func writeConfig(t *testing.T, c *testenv.Ceph, fenceExtra string) (cfgPath, auditPath string) {
+	t.Helper()
+	dir := t.TempDir()
+	auditPath = filepath.Join(dir, "audit.log")
+	cfg := fmt.Sprintf(`ceph:
+  mon_host: %s
+  user: %s
+  keyring: %s
+timeouts:
+  connect: 5s
+  ceph_op: 10s
+fence:
+  expire: 2h
+%saudit_log: %s
+spool_dir: %s
+state_dir: %s
+`, c.Mon, c.User, c.Keyring, fenceExtra, auditPath, filepath.Join(dir, "spool"), filepath.Join(dir, "state"))
+	cfgPath = filepath.Join(dir, "rbdfence.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfgPath, auditPath
+}
+
+func rbdfence(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.Bin(t, "rbdfence"), args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String(), took: time.Since(start)}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("rbdfence %v: %v", args, err)
+	}
+	if strings.Contains(r.stderr, "panic") || strings.Contains(r.stderr, "goroutine ") {
+		t.Fatalf("rbdfence %v panicked:\n%s", args, r.stderr)
+	}
+	return r
+}
+
+func report(t *testing.T, s string) engine.Report {
+	t.Helper()
+	var r engine.Report
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		t.Fatalf("--json output does not parse: %v\n%s", err, s)
+	}
+	return r
+}
+
+func TestFenceWritingZombie(t *testing.T) {
+	c := testenv.StartCeph(t)
+	cfg, auditLog := writeConfig(t, c, "")
+	img := c.NewImage(t, "writer")
+	z := testenv.StartZombie(t, c, img, "write")
+	z.WaitWrite(t, true, 10*time.Second)
+
+	// check: reports the zombie, changes nothing, exit 5.
+	before := c.BlocklistEntries(t)
+	r := rbdfence(t, "", "check", "--config", cfg, "--image", img, "--json")
+	if r.code != 5 {
+		t.Fatalf("check with a zombie: exit %d, want 5\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	rep := report(t, r.stdout)
+	cl := rep.Images[0].Clients
+	if len(cl) != 1 || cl[0].Address != z.Addr || !cl[0].Locker || !cl[0].Watcher || cl[0].Action != engine.ActWouldFence {
+		t.Fatalf("check must show the zombie %s as locker+watcher, would-fence: %+v", z.Addr, cl)
+	}
+	if _, ok := c.BlocklistEntries(t)[z.Addr]; ok || len(c.BlocklistEntries(t)) != len(before) {
+		t.Fatal("check must not blocklist")
+	}
+	z.WaitWrite(t, true, 5*time.Second) // still writing after check
+
+	// fence: blocklists the exact address with the configured expiry, breaks the lock.
+	r = rbdfence(t, "", "fence", "--config", cfg, "--image", img, "--json")
+	if r.code != 0 {
+		t.Fatalf("fence: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	rep = report(t, r.stdout)
+	if rep.Fenced != 1 || rep.Images[0].Clients[0].Action != engine.ActUnlocked {
+		t.Fatalf("fence report: %+v", rep)
+	}
+	ev := z.WaitWrite(t, false, 5*time.Second)
+	if ev.Errno != 108 {
+		t.Fatalf("the zombie's next write must fail with 108 (blocklisted), got errno %d: %s", ev.Errno, ev.Error)
+	}
+	exp, ok := c.BlocklistEntries(t)[z.Addr]
+	if !ok {
+		t.Fatalf("blocklist has no entry for the exact address %s", z.Addr)
+	}
+	until, err := time.Parse("2006-01-02T15:04:05.000000-0700", exp)
+	if err != nil {
+		until, err = time.Parse("2006-01-02T15:04:05.999999-0700", exp)
+	}
+	if err != nil {
+		t.Fatalf("blocklist expiry %q: %v", exp, err)
+	}
+	if d := time.Until(until); d < 115*time.Minute || d > 125*time.Minute {
+		t.Fatalf("blocklist expiry in %s, want the configured 2h", d)
+	}
+	if out := c.AsLibvirt(t, "rbd", "lock", "ls", "--format", "json", img); strings.TrimSpace(out) != "[]" {
+		t.Fatalf("lock still held after fence: %s", out)
+	}
+	data, err := os.ReadFile(auditLog)
+	if err != nil || !strings.Contains(string(data), z.Addr) || !strings.Contains(string(data), `"action":"blocklisted+unlocked"`) {
+		t.Fatalf("audit log must hold the fence: %v\n%s", err, data)
+	}
+	if !strings.Contains(r.stderr, "fenced client") || !strings.Contains(r.stderr, z.Addr) {
+		t.Fatalf("stderr must log the fence:\n%s", r.stderr)
+	}
+
+	// Idempotent: a second fence finds nothing and succeeds.
+	r = rbdfence(t, "", "fence", "--config", cfg, "--image", img, "--json")
+	if r.code != 0 || report(t, r.stdout).Fenced != 0 {
+		t.Fatalf("second fence: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+func TestFenceIdleZombie(t *testing.T) {
+	c := testenv.StartCeph(t)
+	cfg, _ := writeConfig(t, c, "")
+	img := c.NewImage(t, "idle")
+	z := testenv.StartZombie(t, c, img, "idle")
+	r := rbdfence(t, "", "fence", "--config", cfg, "--image", img, "--json")
+	if r.code != 0 {
+		t.Fatalf("fence: exit %d\n%s", r.code, r.stderr)
+	}
+	cl := report(t, r.stdout).Images[0].Clients
+	if len(cl) != 1 || cl[0].Address != z.Addr || cl[0].Locker || !cl[0].Watcher || cl[0].Action != engine.ActBlocklisted {
+		t.Fatalf("the idle zombie (watcher only) must be fenced: %+v", cl)
+	}
+	if _, ok := c.BlocklistEntries(t)[z.Addr]; !ok {
+		t.Fatal("idle zombie not blocklisted")
+	}
+}
+
+func TestCleanImageAddsNothing(t *testing.T) {
+	c := testenv.StartCeph(t)
+	cfg, _ := writeConfig(t, c, "")
+	img := c.NewImage(t, "clean")
+	before := c.BlocklistEntries(t)
+	for _, verb := range []string{"check", "fence"} {
+		r := rbdfence(t, "", verb, "--config", cfg, "--image", img)
+		if r.code != 0 || !strings.Contains(r.stdout, "clean") {
+			t.Fatalf("%s on a clean image: exit %d\n%s%s", verb, r.code, r.stdout, r.stderr)
+		}
+	}
+	after := c.BlocklistEntries(t)
+	for a := range after {
+		if _, ok := before[a]; !ok {
+			t.Fatalf("a clean image added blocklist entry %s", a)
+		}
+	}
+}
+
+func TestAllowlistedReportedNotFenced(t *testing.T) {
+	c := testenv.StartCeph(t)
+	ip, _, _ := strings.Cut(c.Mon, ":")
+	cfg, _ := writeConfig(t, c, "  allow: [\""+ip+"/32\"]\n")
+	img := c.NewImage(t, "allow")
+	z := testenv.StartZombie(t, c, img, "write")
+	z.WaitWrite(t, true, 10*time.Second)
+	r := rbdfence(t, "", "fence", "--config", cfg, "--image", img, "--json")
+	if r.code != 0 {
+		t.Fatalf("fence: exit %d\n%s", r.code, r.stderr)
+	}
+	cl := report(t, r.stdout).Images[0].Clients
+	if len(cl) != 1 || cl[0].Decision != engine.DecideAllowlisted || cl[0].Action != engine.ActNone {
+		t.Fatalf("allowlisted client must be reported, not fenced: %+v", cl)
+	}
+	if _, ok := c.BlocklistEntries(t)[z.Addr]; ok {
+		t.Fatal("allowlisted client was blocklisted")
+	}
+	z.WaitWrite(t, true, 5*time.Second)
+}
+
+func hostStep(t *testing.T, cfg string, req hoststep.Request) (result, hoststep.Response) {
+	t.Helper()
+	b, _ := json.Marshal(req)
+	r := rbdfence(t, string(b), "host", "--config", cfg)
+	var resp hoststep.Response
+	if err := json.Unmarshal([]byte(r.stdout), &resp); err != nil {
+		t.Fatalf("host step output is not a response: %v\n%s\n%s", err, r.stdout, r.stderr)
+	}
+	return r, resp
+}
+
+func disk(spec string) vmdisk.Disk {
+	pool, name, _ := strings.Cut(spec, "/")
+	return vmdisk.Disk{ID: "0", Pool: pool, Name: name}
+}
+
+var vmSeq struct {
+	sync.Mutex
+	n int
+}
+
+func newVMID() int {
+	vmSeq.Lock()
+	defer vmSeq.Unlock()
+	vmSeq.n++
+	return int(time.Now().Unix()%100000)*100 + vmSeq.n
+}
+
+func TestConcurrentClaimsOneWins(t *testing.T) {
+	c := testenv.StartCeph(t)
+	cfg, _ := writeConfig(t, c, "")
+	img := c.NewImage(t, "race")
+	testenv.StartZombie(t, c, img, "idle") // makes the winner's fence take a while
+	vm := newVMID()
+	var wg sync.WaitGroup
+	res := make([]hoststep.Response, 2)
+	codes := make([]int, 2)
+	hosts := []string{"hostA", "hostB"}
+	for i := range hosts {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			r, resp := hostStep(t, cfg, hoststep.Request{Op: hoststep.OpStart, VM: vm, Seq: 1, Host: hosts[i], Run: hosts[i], Source: "frontend", Disks: []vmdisk.Disk{disk(img)}})
+			res[i], codes[i] = resp, r.code
+		}(i)
+	}
+	wg.Wait()
+	wins := 0
+	for i := range res {
+		if res[i].OK {
+			wins++
+			continue
+		}
+		other := hosts[1-i]
+		if res[i].Kind != hoststep.KindRefused || codes[i] != 4 || !strings.Contains(res[i].Error, other) {
+			t.Fatalf("the loser must be refused (exit 4) naming the winner %s: exit %d %+v", other, codes[i], res[i])
+		}
+	}
+	if wins != 1 {
+		t.Fatalf("exactly one start must win, %d did: %+v", wins, res)
+	}
+}
+
+func TestClaimNewerDeployAndRecordedAddress(t *testing.T) {
+	c := testenv.StartCeph(t)
+	cfg, _ := writeConfig(t, c, "")
+	img := c.NewImage(t, "claim")
+	vm := newVMID()
+	req := func(op string, seq int, host string) hoststep.Request {
+		return hoststep.Request{Op: op, VM: vm, Seq: seq, Host: host, Run: fmt.Sprint(host, seq), Source: "frontend", Disks: []vmdisk.Disk{disk(img)}}
+	}
+	if r, resp := hostStep(t, cfg, req(hoststep.OpStart, 5, "hostA")); r.code != 0 || !resp.OK {
+		t.Fatalf("start deploy 5: exit %d %+v", r.code, resp)
+	}
+	// The instance of deploy 5 runs (a real client) and is recorded.
+	inst := testenv.StartZombie(t, c, img, "idle")
+	if r, resp := hostStep(t, cfg, req(hoststep.OpRecord, 5, "hostA")); r.code != 0 || resp.Claim == nil || len(resp.Claim.Addrs) != 1 || resp.Claim.Addrs[0].String() != inst.Addr {
+		t.Fatalf("record: exit %d %+v", r.code, resp)
+	}
+	// An older deploy elsewhere is refused and fences nothing.
+	r, resp := hostStep(t, cfg, req(hoststep.OpStart, 4, "hostB"))
+	if r.code != 4 || resp.Kind != hoststep.KindRefused || !strings.Contains(resp.Error, "hostA") {
+		t.Fatalf("older deploy must be refused naming hostA: exit %d %+v", r.code, resp)
+	}
+	if _, ok := c.BlocklistEntries(t)[inst.Addr]; ok {
+		t.Fatal("a refused start fenced the running instance")
+	}
+	// The instance goes invisible (its host is cut off; here: it closes its
+	// image). Deploy 6 elsewhere still blocklists its recorded address.
+	inst.Stop()
+	r, resp = hostStep(t, cfg, req(hoststep.OpStart, 6, "hostB"))
+	if r.code != 0 || !resp.OK {
+		t.Fatalf("deploy 6: exit %d %+v", r.code, resp)
+	}
+	if len(resp.Report.Recorded) != 1 || resp.Report.Recorded[0].Address != inst.Addr {
+		t.Fatalf("recorded address not fenced: %+v", resp.Report)
+	}
+	if _, ok := c.BlocklistEntries(t)[inst.Addr]; !ok {
+		t.Fatalf("recorded address %s not in the blocklist", inst.Addr)
+	}
+	if len(resp.Audit) != 1 || resp.Audit[0].Address != inst.Addr {
+		t.Fatalf("the response must carry the audit record: %+v", resp.Audit)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	c := testenv.StartCeph(t)
+	cfg, _ := writeConfig(t, c, "")
+	dir := t.TempDir()
+	badCfg := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(badCfg, []byte("fence:\n  expire: soon\n"), 0o600)
+	unknownCfg := filepath.Join(dir, "unknown.yaml")
+	os.WriteFile(unknownCfg, []byte("ceph:\n  mon_hosts: 1.2.3.4\n"), 0o600)
+	badKey := filepath.Join(dir, "bad.keyring")
+	os.WriteFile(badKey, []byte("[client.libvirt]\n\tkey = AQBnP0hlAAAAABAAq8bD4W0KQd1Iem1Hh7mYgg==\n"), 0o600)
+	missing := c.Pool + "/does-not-exist"
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+		max  time.Duration
+	}{
+		{"missing image", []string{"check", "--config", cfg, "--image", missing}, 1, missing, time.Minute},
+		{"bad image spec", []string{"check", "--config", cfg, "--image", "noslash"}, 2, "noslash", time.Minute},
+		{"no image", []string{"fence", "--config", cfg}, 2, "--image", time.Minute},
+		{"unknown verb", []string{"frobnicate"}, 2, "frobnicate", time.Minute},
+		{"bad value names the key", []string{"check", "--config", badCfg, "--image", missing}, 2, "fence.expire", time.Minute},
+		{"unknown key names the key", []string{"check", "--config", unknownCfg, "--image", missing}, 2, "mon_hosts", time.Minute},
+		{"missing explicit config", []string{"check", "--config", filepath.Join(dir, "nope.yaml"), "--image", missing}, 2, "nope.yaml", time.Minute},
+		{"wrong monitor within the timeout", []string{"check", "--config", cfg, "--mon-host", "127.0.0.1:1", "--image", missing}, 3, "timed out", 10 * time.Second},
+		{"bad key", []string{"check", "--config", cfg, "--keyring", badKey, "--image", missing}, 3, "refused client.libvirt", 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rbdfence(t, "", tc.args...)
+			lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) || len(lines) != 1 {
+				t.Fatalf("exit %d (want %d), stderr must be one line containing %q:\n%s", r.code, tc.code, tc.want, r.stderr)
+			}
+			if r.took > tc.max {
+				t.Fatalf("took %s, bound %s", r.took, tc.max)
+			}
+			if strings.Contains(r.stderr, "AQ") {
+				t.Fatal("stderr leaks key material")
+			}
+		})
+	}
+	t.Run("host step garbage", func(t *testing.T) {
+		r := rbdfence(t, "{not json", "host", "--config", cfg)
+		var resp hoststep.Response
+		if r.code != 2 || json.Unmarshal([]byte(r.stdout), &resp) != nil || resp.Kind != hoststep.KindUsage {
+			t.Fatalf("garbage request: exit %d stdout %q", r.code, r.stdout)
+		}
+	})
+}
