@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Install the Debian packages that rbdfence's tests need (Debian 12, as root).
+# Idempotent: does nothing (no apt-get at all) when everything is installed.
+#
+#   test/deps.sh            install what is missing
+#   test/deps.sh --check    exit 1 (and list them) if some are missing
+set -euo pipefail
+
+PKGS=(
+	# Ceph 16 (Pacific): test cluster, CLI and the C libraries go-ceph links
+	ceph-mon ceph-osd ceph-mgr ceph-common librbd-dev librados-dev
+	# libvirt + QEMU with its RBD driver (qemu-block-extra)
+	libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients
+	qemu-system-x86 qemu-block-extra
+	# hosts reached over ssh, network namespaces, process tools, flock
+	openssh-server openssh-client iproute2 procps util-linux
+)
+
+missing() {
+	local p st
+	for p in "${PKGS[@]}"; do
+		st=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
+		case "$st" in
+		ii*) ;;
+		*) echo "$p" ;;
+		esac
+	done
+}
+
+mapfile -t MISSING < <(missing)
+if [ "${#MISSING[@]}" -eq 0 ]; then
+	echo "deps.sh: all ${#PKGS[@]} packages are installed" >&2
+	exit 0
+fi
+if [ "${1:-}" = "--check" ]; then
+	echo "deps.sh: missing: ${MISSING[*]}" >&2
+	exit 1
+fi
+[ "$(id -u)" -eq 0 ] || {
+	echo "deps.sh: missing ${MISSING[*]}; run as root to install them" >&2
+	exit 1
+}
+
+echo "deps.sh: installing ${MISSING[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+# Do not let package scripts start services (ceph, libvirtd, sshd) on this
+# machine: the tests start what they need themselves.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+	printf '#!/bin/sh\nexit 101\n' >"$policy"
+	chmod 755 "$policy"
+	trap 'rm -f "$policy"' EXIT
+fi
+apt-get install -y --no-install-recommends "${MISSING[@]}"
+
+mapfile -t MISSING < <(missing)
+if [ "${#MISSING[@]}" -ne 0 ]; then
+	echo "deps.sh: still missing after install: ${MISSING[*]}" >&2
+	exit 1
+fi
+echo "deps.sh: done" >&2
