@@ -109,6 +109,12 @@ func TestParseExports(t *testing.T) {
 			in:   `export A='x y' B="z" C= D=a'b c'd`,
 			want: map[string]string{"A": "x y", "B": "z", "C": "", "D": "ab cd"},
 		},
+		{
+			name: "cluster.sh quoting of a single quote",
+			in:   `export P='/tmp/it'\''s dir'`,
+			want: map[string]string{"P": "/tmp/it's dir"},
+		},
+		{name: "trailing backslash", in: `export A=x\`, wantErr: "trailing backslash"},
 		{name: "not an assignment", in: "export FOO", wantErr: `"FOO" is not NAME=VALUE`},
 		{name: "unterminated quote", in: "export A='x", wantErr: "unterminated ' quote"},
 	}

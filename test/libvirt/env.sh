@@ -282,18 +282,22 @@ cmd_secret() {
 	done
 	if [[ -z $uuid ]]; then
 		local xml
+		uuid=$(cat /proc/sys/kernel/random/uuid)
 		xml=$(mktemp "$STATE_DIR/secret.XXXXXX.xml")
 		cat >"$xml" <<XML
 <secret ephemeral='no' private='yes'>
+  <uuid>$uuid</uuid>
   <description>rbdfence test: cephx key of client.$user</description>
   <usage type='ceph'>
     <name>$usage</name>
   </usage>
 </secret>
 XML
-		uuid=$(virsh_q secret-define "$xml" | awk '/Secret [0-9a-f-]+ created/ {print $2}')
+		if ! virsh_q secret-define "$xml" >/dev/null; then
+			rm -f "$xml"
+			die "virsh secret-define for client.$user failed"
+		fi
 		rm -f "$xml"
-		[[ -n $uuid ]] || die "virsh secret-define did not return a UUID"
 	fi
 	# Always (re)set the value: a recreated test cluster has new keys.
 	local keyfile

@@ -94,9 +94,10 @@ func RunScript(path string, args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
-// ParseExports reads `export NAME=VALUE [NAME=VALUE...]` lines (values
-// optionally in single or double quotes, no escapes); other lines are
-// ignored.
+// ParseExports reads `export NAME=VALUE [NAME=VALUE...]` lines as a shell
+// would for simple values: single or double quotes, and a backslash outside
+// quotes escaping the next character (so 'it'\”s' is it's). Other lines
+// are ignored.
 func ParseExports(s string) (map[string]string, error) {
 	env := map[string]string{}
 	for _, line := range strings.Split(s, "\n") {
@@ -120,20 +121,26 @@ func ParseExports(s string) (map[string]string, error) {
 	return env, nil
 }
 
-// splitWords splits on blanks outside quotes and removes the quotes.
+// splitWords splits on blanks outside quotes and removes the quotes and
+// escaping backslashes.
 func splitWords(s string) ([]string, error) {
 	var words []string
 	var cur strings.Builder
-	inWord := false
+	inWord, escaped := false, false
 	var quote rune
 	for _, r := range s {
 		switch {
+		case escaped:
+			cur.WriteRune(r)
+			escaped = false
 		case quote != 0:
 			if r == quote {
 				quote = 0
 			} else {
 				cur.WriteRune(r)
 			}
+		case r == '\\':
+			escaped, inWord = true, true
 		case r == '\'' || r == '"':
 			quote, inWord = r, true
 		case r == ' ' || r == '\t':
@@ -149,6 +156,9 @@ func splitWords(s string) ([]string, error) {
 	}
 	if quote != 0 {
 		return nil, fmt.Errorf("unterminated %c quote", quote)
+	}
+	if escaped {
+		return nil, fmt.Errorf("trailing backslash")
 	}
 	if inWord {
 		words = append(words, cur.String())
