@@ -8,7 +8,7 @@ set -euo pipefail
 
 PKGS=(
 	# Ceph 16 (Pacific): test cluster, CLI and the C libraries go-ceph links
-	ceph-mon ceph-osd ceph-mgr ceph-common librbd-dev librados-dev
+	ceph-mon ceph-osd ceph-mgr ceph-common librbd-dev librados-dev libradospp-dev
 	# libvirt + QEMU with its RBD driver (qemu-block-extra)
 	libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients
 	qemu-system-x86 qemu-block-extra

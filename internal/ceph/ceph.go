@@ -270,7 +270,10 @@ func (c *Cluster) ioctx(pool, ns string) (*rados.IOContext, error) {
 	return io, nil
 }
 
-// ImageClients lists lockers and watchers of img without our own client.
+// ImageClients lists lockers and watchers of img without our own client. It
+// reads the image's header object directly (three RADOS reads, no image open,
+// no watch of our own): the id from rbd_id.<name>, the "rbd_lock" cls_lock
+// holders and the header's watchers, exactly what librbd's own listing reads.
 // Similar To: rbd lock ls POOL/IMAGE; rbd status POOL/IMAGE
 func (c *Cluster) ImageClients(ctx context.Context, img engine.Image) (engine.Clients, error) {
 	return call(ctx, func() (engine.Clients, error) {
@@ -279,44 +282,66 @@ func (c *Cluster) ImageClients(ctx context.Context, img engine.Image) (engine.Cl
 		if err != nil {
 			return out, err
 		}
-		im, err := rbd.OpenImageReadOnly(io, img.Name, rbd.NoSnapshot)
-		if err != nil {
-			if Errno(err) == int(syscall.ENOENT) {
+		id, err := imageID(io, img.Name)
+		if errors.Is(err, rados.ErrNotFound) {
+			// Not a format 2 image: missing, or format 1.
+			if _, err := rbd.OpenImageReadOnly(io, img.Name, rbd.NoSnapshot); Errno(err) == int(syscall.ENOENT) {
 				return out, fmt.Errorf("%s: %w", img, engine.ErrImageNotFound)
+			} else if err == nil {
+				return out, fmt.Errorf("%s: format 1 images are not supported", img)
 			}
-			return out, err
+			return out, fmt.Errorf("%s: %w", img, err)
 		}
-		defer im.Close()
-		_, lockers, err := im.ListLockers()
+		if err != nil {
+			return out, fmt.Errorf("reading the image id: %w", err)
+		}
+		header := "rbd_header." + id
+		info, err := io.ListLockers(header, "rbd_lock")
 		if err != nil {
 			return out, fmt.Errorf("listing lockers: %w", err)
 		}
-		for _, l := range lockers {
-			a, err := engine.ParseAddr(strings.TrimRight(l.Addr, "\x00"))
+		for i := 0; i < info.NumLockers && i < len(info.Clients); i++ {
+			a, err := engine.ParseAddr(strings.TrimRight(info.Addrs[i], "\x00"))
 			if err != nil {
-				return out, fmt.Errorf("locker %s: %w", l.Client, err)
+				return out, fmt.Errorf("locker %s: %w", info.Clients[i], err)
 			}
 			if c.own[a] {
 				continue
 			}
-			out.Lockers = append(out.Lockers, engine.Locker{Client: strings.TrimRight(l.Client, "\x00"), Cookie: strings.TrimRight(l.Cookie, "\x00"), Addr: a})
+			out.Lockers = append(out.Lockers, engine.Locker{Client: strings.TrimRight(info.Clients[i], "\x00"), Cookie: strings.TrimRight(info.Cookies[i], "\x00"), Addr: a})
 		}
-		ws, err := im.ListWatchers()
+		ws, err := listWatchers(io, header)
 		if err != nil {
 			return out, fmt.Errorf("listing watchers: %w", err)
 		}
 		for _, w := range ws {
-			a, err := engine.ParseAddr(w.Addr)
-			if err != nil {
-				return out, fmt.Errorf("watcher %d: %w", w.Id, err)
+			if !c.own[w.Addr] {
+				out.Watchers = append(out.Watchers, w)
 			}
-			if c.own[a] {
-				continue
-			}
-			out.Watchers = append(out.Watchers, engine.Watcher{Addr: a, ID: w.Id, Cookie: w.Cookie})
 		}
 		return out, nil
 	})
+}
+
+// imageID reads rbd_id.<name>: a Ceph-encoded string (le32 length, bytes).
+func imageID(io *rados.IOContext, name string) (string, error) {
+	buf := make([]byte, 512)
+	n, err := io.Read("rbd_id."+name, buf, 0)
+	if err != nil {
+		return "", err
+	}
+	return decodeID(buf[:n])
+}
+
+func decodeID(b []byte) (string, error) {
+	if len(b) < 4 {
+		return "", fmt.Errorf("rbd_id object is %d bytes", len(b))
+	}
+	l := int(b[0]) | int(b[1])<<8 | int(b[2])<<16 | int(b[3])<<24
+	if l <= 0 || l > len(b)-4 {
+		return "", fmt.Errorf("rbd_id object has a bad length %d", l)
+	}
+	return string(b[4 : 4+l]), nil
 }
 
 // blocklistCmd builds the mon command. expire must be a JSON number with a

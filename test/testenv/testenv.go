@@ -17,9 +17,17 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
+
+// T is the part of testing.TB the helpers use, so that benchmarks run as
+// programs can use them too.
+type T interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
 
 // Root returns the repository root.
 func Root() string {
@@ -53,14 +61,14 @@ type cephResult struct {
 }
 
 // StartCeph starts (or reuses) the default test cluster and returns it.
-func StartCeph(t testing.TB) *Ceph {
+func StartCeph(t T) *Ceph {
 	t.Helper()
 	return StartCephAt(t, "", "", "")
 }
 
 // StartCephAt starts (or reuses) a cluster with the given dir, address and
 // port ("" for the script's defaults).
-func StartCephAt(t testing.TB, dir, addr, port string) *Ceph {
+func StartCephAt(t T, dir, addr, port string) *Ceph {
 	t.Helper()
 	v, _ := cephOnce.LoadOrStore(dir+"|"+addr+"|"+port, &cephResult{})
 	r := v.(*cephResult)
@@ -124,18 +132,18 @@ func tail(s string, n int) string {
 }
 
 // Admin runs a command (rbd, ceph, rados) as client.admin on the cluster.
-func (c *Ceph) Admin(t testing.TB, prog string, args ...string) string {
+func (c *Ceph) Admin(t T, prog string, args ...string) string {
 	t.Helper()
 	return c.run(t, prog, append([]string{"-c", c.AdminConf}, args...)...)
 }
 
 // AsLibvirt runs a command as client.libvirt with the documented caps.
-func (c *Ceph) AsLibvirt(t testing.TB, prog string, args ...string) string {
+func (c *Ceph) AsLibvirt(t T, prog string, args ...string) string {
 	t.Helper()
 	return c.run(t, prog, append([]string{"-c", c.Conf, "--id", c.User, "--keyring", c.Keyring}, args...)...)
 }
 
-func (c *Ceph) run(t testing.TB, prog string, args ...string) string {
+func (c *Ceph) run(t T, prog string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -152,7 +160,7 @@ var imageSeq struct {
 }
 
 // NewImage creates a fresh 64 MiB image in the test pool, removed at cleanup.
-func (c *Ceph) NewImage(t testing.TB, prefix string) string {
+func (c *Ceph) NewImage(t T, prefix string) string {
 	t.Helper()
 	imageSeq.Lock()
 	imageSeq.n++
@@ -169,7 +177,7 @@ func (c *Ceph) NewImage(t testing.TB, prefix string) string {
 }
 
 // BlocklistEntries returns "addr" -> "expiry time" from `ceph osd blocklist ls`.
-func (c *Ceph) BlocklistEntries(t testing.TB) map[string]string {
+func (c *Ceph) BlocklistEntries(t T) map[string]string {
 	t.Helper()
 	out := c.Admin(t, "ceph", "osd", "blocklist", "ls")
 	m := map[string]string{}
@@ -190,7 +198,7 @@ var (
 
 // Bin returns the path of one of the project's binaries, building all of them
 // once per test process ("rbdfence", "zombie", ...).
-func Bin(t testing.TB, name string) string {
+func Bin(t T, name string) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "rbdfence-bin-")
@@ -246,16 +254,16 @@ type Zombie struct {
 
 // StartZombie runs test/zombie on image in mode "write" or "idle" (extra
 // flags, e.g. "--bind", "10.0.0.2", are appended) and waits until it is ready.
-func StartZombie(t testing.TB, c *Ceph, image, mode string, extra ...string) *Zombie {
+func StartZombie(t T, c *Ceph, image, mode string, extra ...string) *Zombie {
 	t.Helper()
 	args := append([]string{"--mon", c.Mon, "--id", c.User, "--keyring", c.Keyring, "--image", image, "--mode", mode}, extra...)
 	return startZombie(t, exec.Command(Bin(t, "zombie"), args...))
 }
 
 // StartZombieCmd runs a prepared zombie command (e.g. inside a netns).
-func StartZombieCmd(t testing.TB, cmd *exec.Cmd) *Zombie { t.Helper(); return startZombie(t, cmd) }
+func StartZombieCmd(t T, cmd *exec.Cmd) *Zombie { t.Helper(); return startZombie(t, cmd) }
 
-func startZombie(t testing.TB, cmd *exec.Cmd) *Zombie {
+func startZombie(t T, cmd *exec.Cmd) *Zombie {
 	t.Helper()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -298,7 +306,7 @@ func startZombie(t testing.TB, cmd *exec.Cmd) *Zombie {
 }
 
 // WaitWrite waits for the next write result matching ok.
-func (z *Zombie) WaitWrite(t testing.TB, ok bool, within time.Duration) ZombieEvent {
+func (z *Zombie) WaitWrite(t T, ok bool, within time.Duration) ZombieEvent {
 	t.Helper()
 	deadline := time.After(within)
 	for {

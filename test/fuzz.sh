@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs every Go fuzz target for a bounded time each (default 10s).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+t=${1:-10s}
+git grep -l -E '^func Fuzz' -- '*_test.go' | while read -r f; do
+	pkg=./$(dirname "$f")
+	for fn in $(grep -oE '^func (Fuzz[A-Za-z0-9_]+)' "$f" | awk '{print $2}'); do
+		echo "fuzz $pkg $fn ($t)"
+		go test -tags pacific -run '^$' -fuzz "^${fn}\$" -fuzztime "$t" "$pkg" >/tmp/rbdfence-fuzz.log 2>&1 || { cat /tmp/rbdfence-fuzz.log; exit 1; }
+		tail -n 1 /tmp/rbdfence-fuzz.log
+	done
+done
