@@ -114,6 +114,9 @@ type Config struct {
 	AuditLog   string     `yaml:"audit_log"`
 	SpoolDir   string     `yaml:"spool_dir"`
 	StateDir   string     `yaml:"state_dir"`
+	// HostName is this host's name as OpenNebula knows it (onehost list); the
+	// libvirt hook claims VMs under it. Default: the short system host name.
+	HostName string `yaml:"host_name"`
 	// HostAddresses override the host's own IPs used to decide "client on this host".
 	HostAddresses []string `yaml:"host_addresses"`
 	// Metrics is a node_exporter textfile-collector path ("" disables).

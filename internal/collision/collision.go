@@ -1,0 +1,81 @@
+// Package collision turns the fences of one run into lock-collision events
+// and publishes them: to oned (the VM's user template, through goca) when it
+// answers, to the durable local spool when it does not. Pure Go: the
+// front-end drivers and the libvirt hook both use it.
+package collision
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/audit"
+	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/events"
+	"github.com/rbdfence/rbdfence/internal/opennebula"
+)
+
+// EventID is the id of the event for one audit record. It is derived from the
+// run, image and address, so a run that is retried after a crash re-creates
+// the same id and oned counts the collision once.
+func EventID(r audit.Record) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s|%d|%s|%s", r.Run, r.VM, r.Image, r.Address)))
+	return hex.EncodeToString(sum[:16])
+}
+
+// Events returns one event per audit record of a VM (records of VM -1, a
+// domain that is not an OpenNebula VM, stay in the audit log only).
+func Events(recs []audit.Record, source string) []events.Event {
+	var out []events.Event
+	for _, r := range recs {
+		if r.VM < 0 {
+			continue
+		}
+		action := r.Action
+		if r.Error != "" {
+			action = "fence-failed"
+		}
+		out = append(out, events.Event{
+			ID: EventID(r), Time: r.Time, VM: r.VM, Host: r.Host, Image: r.Image, Client: r.Client,
+			Address: r.Address, Cookie: r.Cookie, Action: action, Expire: r.Expire, Source: source,
+		})
+	}
+	return out
+}
+
+// Result says where the events went.
+type Result struct {
+	Delivered int
+	Spooled   int
+}
+
+// Publish offers evs (and older spooled events first) to oned within the
+// configured oned timeout and keeps the rest in the spool. The error is nil
+// or *events.DeferredError when nothing was lost; any other error means an
+// event could not even be spooled and must be reported loudly.
+func Publish(ctx context.Context, cfg *config.Config, evs []events.Event) (Result, error) {
+	spool, serr := events.OpenSpool(cfg.SpoolDir)
+	if serr != nil {
+		spool = nil
+	}
+	var sink events.Sink
+	client, cerr := opennebula.New(cfg.OpenNebula.Endpoint, cfg.OpenNebula.AuthFile, time.Duration(cfg.Timeouts.Oned))
+	if cerr == nil {
+		sink = client
+	}
+	if len(evs) == 0 && (sink == nil || spool == nil) {
+		return Result{}, nil
+	}
+	octx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Oned))
+	defer cancel()
+	d, s, err := events.Deliver(octx, sink, spool, evs)
+	if err != nil && serr != nil {
+		err = fmt.Errorf("%w (spool %s: %v)", err, cfg.SpoolDir, serr)
+	}
+	if err != nil && cerr != nil {
+		err = fmt.Errorf("%w (oned client: %v)", err, cerr)
+	}
+	return Result{Delivered: d, Spooled: s}, err
+}
