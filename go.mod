@@ -1,14 +1,18 @@
 module github.com/rbdfence/rbdfence
 
-go 1.26
+go 1.26.0
 
 require (
-	github.com/OpenNebula/one/src/oca/go/src/goca v0.0.0-20230221172108-c4ab0456bf45 // indirect
-	github.com/ceph/go-ceph v0.37.0 // indirect
+	github.com/OpenNebula/one/src/oca/go/src/goca v0.0.0-20230221172108-c4ab0456bf45
+	github.com/ceph/go-ceph v0.37.0
+	github.com/sirupsen/logrus v1.10.2
+	golang.org/x/sys v0.38.0
+	gopkg.in/yaml.v3 v3.0.1
+	libvirt.org/go/libvirtxml v1.12008.0
+)
+
+require (
 	github.com/hashicorp/go-cleanhttp v0.5.1 // indirect
 	github.com/kolo/xmlrpc v0.0.0-20190717152603-07c4ee3fd181 // indirect
-	github.com/sirupsen/logrus v1.10.2 // indirect
-	golang.org/x/sys v0.38.0 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
-	libvirt.org/go/libvirtxml v1.12008.0 // indirect
+	golang.org/x/text v0.44.0 // indirect
 )
