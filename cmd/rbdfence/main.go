@@ -33,6 +33,8 @@ verbs:
   fence  --image POOL/IMAGE [...]   blocklist and unlock every foreign client
   host   <op>                       host-side step of the OpenNebula drivers (JSON on stdin/stdout)
   claim  show --vm ID --pool POOL   show a VM's claim
+  blocklist ls [--all]              blocklist entries rbdfence added (VM, image, expiry, time left)
+  unfence ADDRESS | --vm ID [--yes] remove our blocklist entries (needs the blocklistop=rm cap)
   version                           print the version
 
 common flags: --config FILE (or $RBDFENCE_CONFIG; default /etc/one/rbdfence.yaml)
@@ -73,6 +75,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runHost(ctx, args[1:], stdin, stdout, stderr)
 	case "claim":
 		err = runClaim(ctx, args[1:], stdout, stderr)
+	case "blocklist":
+		err = runBlocklist(ctx, args[1:], stdout, stderr)
+	case "unfence":
+		err = runUnfence(ctx, args[1:], stdin, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "rbdfence", version)
 	case "help", "-h", "--help":
@@ -97,8 +103,9 @@ func exitCode(err error, stderr io.Writer) int {
 		ce    *ceph.ConnectError
 		held  *engine.ClaimHeldError
 		nd    *engine.NewerDeployError
-		else_ *engine.ClaimedElsewhereError
+		elsew *engine.ClaimedElsewhereError
 		cfgE  *configError
+		capE  *ceph.CapError
 	)
 	var hs *hostStepError
 	if errors.As(err, &hs) {
@@ -115,9 +122,9 @@ func exitCode(err error, stderr io.Writer) int {
 	switch {
 	case errors.As(err, &ue), errors.As(err, &cfgE):
 		return exitUsage
-	case errors.As(err, &ce):
+	case errors.As(err, &ce), errors.As(err, &capE):
 		return exitCeph
-	case errors.As(err, &held), errors.As(err, &nd), errors.As(err, &else_):
+	case errors.As(err, &held), errors.As(err, &nd), errors.As(err, &elsew):
 		return exitRefused
 	}
 	return exitFailure

@@ -2,6 +2,7 @@ package ceph
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +80,56 @@ func TestParseWatchers(t *testing.T) {
 		if _, err := parseWatchers(bad); err == nil {
 			t.Errorf("%q: want error", bad)
 		}
+	}
+}
+
+func TestParseBlocklist(t *testing.T) {
+	out := []byte(`[{"addr":"127.0.0.1:0/4086482705","until":"2026-11-30T11:25:31.456826+0000"},{"addr":"v1:10.0.0.2:0/7","until":"2026-11-30T11:20:59.805760+0000"}][]`)
+	l, err := parseBlocklist(out)
+	if err != nil || len(l) != 2 || l[1].Addr != "10.0.0.2:0/7" || l[0].Until.Hour() != 11 {
+		t.Fatalf("%+v %v", l, err)
+	}
+	if _, err := parseBlocklist([]byte(`{"oops"`)); err == nil {
+		t.Fatal("garbage must be an error")
+	}
+	if l, err := parseBlocklist(nil); err != nil || len(l) != 0 {
+		t.Fatalf("empty reply: %v %v", l, err)
+	}
+}
+
+func TestAdminCaps(t *testing.T) {
+	c := testenv.StartCeph(t)
+	ctx := context.Background()
+	lib, err := Connect(ctx, Config{MonHost: c.Mon, User: c.User, Keyring: c.Keyring})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lib.Close()
+	if err := lib.CanBlocklist(ctx); err != nil {
+		t.Fatalf("client.libvirt must be able to blocklist: %v", err)
+	}
+	a, _ := engine.ParseAddr("192.0.2.77:0/4242")
+	if err := lib.Blocklist(ctx, a, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	list, err := lib.BlocklistList(ctx)
+	found := false
+	for _, e := range list {
+		found = found || e.Addr == a.String()
+	}
+	if err != nil || !found {
+		t.Fatalf("blocklist ls as client.libvirt: %v (found %v)", err, found)
+	}
+	var ce *CapError
+	if err := lib.Unblocklist(ctx, a); !errors.As(err, &ce) || !strings.Contains(err.Error(), "blocklistop=rm") {
+		t.Fatalf("client.libvirt must not remove entries, with a message naming the cap: %v", err)
+	}
+	rm, err := Connect(ctx, Config{MonHost: c.Mon, User: c.RMUser, Keyring: c.RMUserKeyring})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rm.Close()
+	if err := rm.Unblocklist(ctx, a); err != nil {
+		t.Fatalf("the rm user must remove entries: %v", err)
 	}
 }

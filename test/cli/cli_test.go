@@ -366,3 +366,54 @@ func TestBadInput(t *testing.T) {
 		}
 	})
 }
+
+func TestBlocklistLsAndUnfence(t *testing.T) {
+	c := testenv.StartCeph(t)
+	cfg, _ := writeConfig(t, c, "")
+	img := c.NewImage(t, "unfence")
+	vm := newVMID()
+	z := testenv.StartZombie(t, c, img, "write")
+	z.WaitWrite(t, true, 10*time.Second)
+	if r, resp := hostStep(t, cfg, hoststep.Request{Op: hoststep.OpStart, VM: vm, Seq: 1, Host: "hostA", Run: "u1", Source: "frontend", Disks: []vmdisk.Disk{disk(img)}}); r.code != 0 || resp.Report.Fenced != 1 {
+		t.Fatalf("start: exit %d %+v", r.code, resp)
+	}
+	r := rbdfence(t, "", "blocklist", "ls", "--config", cfg, "--json")
+	var es []struct {
+		Address string `json:"address"`
+		VM      int    `json:"vm"`
+		Image   string `json:"image"`
+		Ours    bool   `json:"ours"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &es); err != nil || r.code != 0 {
+		t.Fatalf("blocklist ls: exit %d %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	found := false
+	for _, e := range es {
+		if e.Address == z.Addr {
+			found = e.VM == vm && e.Image == img && e.Ours
+		}
+	}
+	if !found {
+		t.Fatalf("blocklist ls must show %s with VM %d and image %s: %+v", z.Addr, vm, img, es)
+	}
+	// Without a terminal and without --yes nothing is removed.
+	r = rbdfence(t, "", "unfence", z.Addr, "--config", cfg)
+	if r.code != 2 || !strings.Contains(r.stderr, "--yes") {
+		t.Fatalf("unfence without --yes: exit %d %s", r.code, r.stderr)
+	}
+	// client.libvirt lacks the rm cap: a clear message naming it.
+	r = rbdfence(t, "", "unfence", "--vm", fmt.Sprint(vm), "--yes", "--config", cfg)
+	if r.code != 3 || !strings.Contains(r.stderr, "blocklistop=rm") {
+		t.Fatalf("unfence as client.libvirt: exit %d, want 3 naming the cap: %s", r.code, r.stderr)
+	}
+	if _, ok := c.BlocklistEntries(t)[z.Addr]; !ok {
+		t.Fatal("the entry must still be there")
+	}
+	r = rbdfence(t, "", "unfence", "--vm", fmt.Sprint(vm), "--yes", "--config", cfg, "--id", c.RMUser, "--keyring", c.RMUserKeyring)
+	if r.code != 0 || !strings.Contains(r.stdout, z.Addr) {
+		t.Fatalf("unfence with the rm user: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if _, ok := c.BlocklistEntries(t)[z.Addr]; ok {
+		t.Fatal("entry not removed")
+	}
+}
