@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/fencer"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
 
@@ -44,6 +46,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, dryR
 		return err
 	}
 	log := newLogger(stderr, cfg, c.verbose)
+	start := time.Now()
 	ctx, cancel := bounded(ctx, cfg)
 	defer cancel()
 	opts, err := fencer.EngineOptions(cfg)
@@ -52,6 +55,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, dryR
 	}
 	s, err := fencer.Open(ctx, fencer.Access(cfg, vmdisk.Disk{}), opts)
 	if err != nil {
+		recordMetrics(cfg, log, name, start, nil, hoststep.KindCeph)
 		return err
 	}
 	defer s.Close()
@@ -70,6 +74,11 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, dryR
 			log.WithError(aerr).Error("audit log not written")
 		}
 	}
+	kind := ""
+	if r.Err() != nil {
+		kind = hoststep.KindFailure
+	}
+	recordMetrics(cfg, log, name, start, r, kind)
 	if c.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"io"
+	"time"
 
 	"github.com/rbdfence/rbdfence/internal/fencer"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
@@ -33,9 +34,11 @@ func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		_ = write(&hoststep.Response{Op: req.Op, Kind: hoststep.KindUsage, Error: err.Error()})
 		return err
 	}
+	start := time.Now()
 	ctx, cancel := bounded(ctx, cfg)
 	defer cancel()
 	resp := fencer.Do(ctx, cfg, req)
+	recordMetrics(cfg, nil, "host_"+req.Op, start, resp.Report, resp.Kind)
 	if err := write(resp); err != nil {
 		return err
 	}

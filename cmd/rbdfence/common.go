@@ -10,6 +10,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/metrics"
 )
 
 type configError struct{ err error }
@@ -92,6 +95,18 @@ func newLogger(stderr io.Writer, cfg *config.Config, verbose bool) *logrus.Logge
 	}
 	l.SetLevel(lvl)
 	return l
+}
+
+// recordMetrics adds one run to the configured Prometheus textfile; a
+// failure to write it is logged, never fatal.
+func recordMetrics(cfg *config.Config, log *logrus.Logger, op string, start time.Time, r *engine.Report, kind string) {
+	m := metrics.Run{Op: op, Duration: time.Since(start), Error: kind, Refused: kind == hoststep.KindRefused}
+	if r != nil {
+		m.Images, m.Fenced = len(r.Images), r.Fenced
+	}
+	if err := metrics.Record(cfg.Metrics, m); err != nil && log != nil {
+		log.WithError(err).Warn("metrics file not written")
+	}
 }
 
 // bounded returns ctx limited by the config's total timeout.

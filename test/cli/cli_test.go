@@ -17,6 +17,7 @@ import (
 
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/metrics"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 	"github.com/rbdfence/rbdfence/test/testenv"
 )
@@ -415,5 +416,48 @@ func TestBlocklistLsAndUnfence(t *testing.T) {
 	}
 	if _, ok := c.BlocklistEntries(t)[z.Addr]; ok {
 		t.Fatal("entry not removed")
+	}
+}
+
+func TestMetricsScriptedRun(t *testing.T) {
+	c := testenv.StartCeph(t)
+	prom := filepath.Join(t.TempDir(), "rbdfence.prom")
+	cfg, _ := writeConfig(t, c, "")
+	b, _ := os.ReadFile(cfg)
+	os.WriteFile(cfg, append(b, []byte("metrics: "+prom+"\n")...), 0o600)
+	clean := c.NewImage(t, "mclean")
+	dirty := c.NewImage(t, "mdirty")
+	testenv.StartZombie(t, c, dirty, "idle")
+	vm := newVMID()
+	rbdfence(t, "", "check", "--config", cfg, "--image", clean)
+	rbdfence(t, "", "check", "--config", cfg, "--image", clean, "--image", dirty)
+	rbdfence(t, "", "fence", "--config", cfg, "--image", dirty)
+	hostStep(t, cfg, hoststep.Request{Op: hoststep.OpStart, VM: vm, Seq: 3, Host: "hostA", Run: "m1", Source: "frontend", Disks: []vmdisk.Disk{disk(clean)}})
+	hostStep(t, cfg, hoststep.Request{Op: hoststep.OpStart, VM: vm, Seq: 2, Host: "hostB", Run: "m2", Source: "frontend", Disks: []vmdisk.Disk{disk(clean)}})
+	rbdfence(t, "", "check", "--config", cfg, "--mon-host", "127.0.0.1:1", "--image", clean)
+
+	mfs, err := metrics.Read(prom)
+	if err != nil {
+		t.Fatalf("metrics file must parse with the Prometheus text parser: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{metrics.Runs, map[string]string{"op": "check"}, 3},
+		{metrics.Images, map[string]string{"op": "check"}, 3},
+		{metrics.Runs, map[string]string{"op": "fence"}, 1},
+		{metrics.Fences, map[string]string{"op": "fence"}, 1},
+		{metrics.Runs, map[string]string{"op": "host_start"}, 2},
+		{metrics.Refusals, map[string]string{"op": "host_start"}, 1},
+		{metrics.Errors, map[string]string{"op": "host_start", "kind": "refused"}, 1},
+		{metrics.Errors, map[string]string{"op": "check", "kind": "ceph"}, 1},
+		{metrics.LastOK, map[string]string{"op": "fence"}, 1},
+		{metrics.Durations, map[string]string{"op": "check"}, 3},
+	} {
+		if got, ok := metrics.Value(mfs, tc.name, tc.labels); !ok || got != tc.want {
+			t.Errorf("%s%v = %v (present %v), want %v", tc.name, tc.labels, got, ok, tc.want)
+		}
 	}
 }
