@@ -73,6 +73,9 @@ type Timeouts struct {
 	SSH     Duration `yaml:"ssh"`
 	// Total bounds one whole prestart/hook run.
 	Total Duration `yaml:"total"`
+	// Action bounds the OpenNebula action a front-end wrapper runs on behalf
+	// of oned: the remote deploy/restore and the original TM migrate script.
+	Action Duration `yaml:"action"`
 }
 
 // Fence tunes what a fence does.
@@ -102,7 +105,18 @@ type OpenNebula struct {
 	HostBinary string `yaml:"host_binary"`
 	// HostConfig is the config path passed to the host-side binary.
 	HostConfig string `yaml:"host_config"`
-	SSH        string `yaml:"ssh"`
+	// SSH is the ssh command (and options, split on blanks) used to reach hosts.
+	SSH string `yaml:"ssh"`
+	// RemoteDir is OpenNebula's SCRIPTS_REMOTE_DIR: where onehost sync puts
+	// the remotes on hosts (the wrappers run <remote_dir>/vmm/kvm/deploy).
+	RemoteDir string `yaml:"remote_dir"`
+	// DatastoreLocation is oned's DATASTORE_LOCATION on hosts; the deploy
+	// wrapper uses it for the remote deployment file when the domain XML
+	// carries no <one:system_datastore>.
+	DatastoreLocation string `yaml:"datastore_location"`
+	// LocalBinary is the host-side binary (cgo, needs librados) that the
+	// front-end runs itself with remote: local.
+	LocalBinary string `yaml:"local_binary"`
 }
 
 // Config is the whole file.
@@ -131,6 +145,7 @@ func Default() *Config {
 		Timeouts: Timeouts{
 			Connect: Duration(10 * time.Second), CephOp: Duration(10 * time.Second),
 			Oned: Duration(5 * time.Second), SSH: Duration(30 * time.Second), Total: Duration(60 * time.Second),
+			Action: Duration(30 * time.Minute),
 		},
 		Fence: Fence{
 			Expire: Duration(7 * 24 * time.Hour), ClaimLease: Duration(60 * time.Second),
@@ -139,6 +154,8 @@ func Default() *Config {
 		OpenNebula: OpenNebula{
 			Endpoint: "http://localhost:2633/RPC2", AuthFile: "/var/lib/one/.one/one_auth",
 			Remote: "ssh", HostBinary: "/var/tmp/one/rbdfence/rbdfence-host", HostConfig: "/etc/one/rbdfence.yaml", SSH: "ssh",
+			RemoteDir: "/var/tmp/one", DatastoreLocation: "/var/lib/one/datastores",
+			LocalBinary: "/var/lib/one/remotes/rbdfence/rbdfence-host",
 		},
 		AuditLog: "/var/log/one/rbdfence-audit.log",
 		SpoolDir: "/var/lib/one/rbdfence/spool",
@@ -253,6 +270,7 @@ func (c *Config) Validate() error {
 	}{
 		{"timeouts.connect", c.Timeouts.Connect}, {"timeouts.ceph_op", c.Timeouts.CephOp},
 		{"timeouts.oned", c.Timeouts.Oned}, {"timeouts.ssh", c.Timeouts.SSH}, {"timeouts.total", c.Timeouts.Total},
+		{"timeouts.action", c.Timeouts.Action},
 		{"fence.expire", c.Fence.Expire}, {"fence.claim_lease", c.Fence.ClaimLease},
 		{"fence.migration_window", c.Fence.MigrationWindow},
 	} {
@@ -279,6 +297,18 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("opennebula.remote: must be ssh or local, got %q", c.OpenNebula.Remote)
 	}
+	for _, kv := range []struct{ k, v string }{
+		{"opennebula.host_binary", c.OpenNebula.HostBinary}, {"opennebula.host_config", c.OpenNebula.HostConfig},
+		{"opennebula.remote_dir", c.OpenNebula.RemoteDir}, {"opennebula.datastore_location", c.OpenNebula.DatastoreLocation},
+		{"opennebula.local_binary", c.OpenNebula.LocalBinary},
+	} {
+		if err := absPath(kv.k, kv.v); err != nil {
+			return err
+		}
+	}
+	if len(strings.Fields(c.OpenNebula.SSH)) == 0 {
+		return fmt.Errorf("opennebula.ssh: must name the ssh command, e.g. ssh")
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -286,6 +316,18 @@ func (c *Config) Validate() error {
 	}
 	if c.Ceph.User == "" || strings.HasPrefix(c.Ceph.User, "client.") {
 		return fmt.Errorf("ceph.user: give the cephx id without \"client.\" (e.g. libvirt), got %q", c.Ceph.User)
+	}
+	return nil
+}
+
+// absPath checks that a path used on a host or in a remote command is
+// absolute and has no control characters.
+func absPath(key, p string) error {
+	if !strings.HasPrefix(p, "/") {
+		return fmt.Errorf("%s: must be an absolute path, got %q", key, p)
+	}
+	if strings.IndexFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
+		return fmt.Errorf("%s: control characters in path %q", key, p)
 	}
 	return nil
 }

@@ -30,6 +30,22 @@ func TestParse(t *testing.T) {
 		{name: "bad concurrency", yaml: "fence:\n  concurrency: 0\n", err: "fence.concurrency"},
 		{name: "bad host address", yaml: "host_addresses: [x]\n", err: "host_addresses"},
 		{name: "wrong type", yaml: "fence:\n  fail_open: maybe\n", err: "fence.fail_open"},
+		{name: "frontend defaults", yaml: "", check: func(c *Config) bool {
+			o := c.OpenNebula
+			return o.RemoteDir == "/var/tmp/one" && o.DatastoreLocation == "/var/lib/one/datastores" &&
+				o.LocalBinary == "/var/lib/one/remotes/rbdfence/rbdfence-host" && time.Duration(c.Timeouts.Action) == 30*time.Minute
+		}},
+		{name: "frontend keys", yaml: "opennebula:\n  remote_dir: /opt/one/remotes\n  datastore_location: /srv/ds\n  local_binary: /usr/bin/rbdfence\ntimeouts:\n  action: 5m\n", check: func(c *Config) bool {
+			o := c.OpenNebula
+			return o.RemoteDir == "/opt/one/remotes" && o.DatastoreLocation == "/srv/ds" && o.LocalBinary == "/usr/bin/rbdfence" && time.Duration(c.Timeouts.Action) == 5*time.Minute
+		}},
+		{name: "relative remote_dir", yaml: "opennebula:\n  remote_dir: var/tmp/one\n", err: "opennebula.remote_dir: must be an absolute path"},
+		{name: "relative datastore_location", yaml: "opennebula:\n  datastore_location: ds\n", err: "opennebula.datastore_location"},
+		{name: "relative local_binary", yaml: "opennebula:\n  local_binary: rbdfence\n", err: "opennebula.local_binary"},
+		{name: "relative host_binary", yaml: "opennebula:\n  host_binary: rbdfence-host\n", err: "opennebula.host_binary"},
+		{name: "control char in path", yaml: "opennebula:\n  remote_dir: \"/var/tmp/one\\n\"\n", err: "opennebula.remote_dir: control characters"},
+		{name: "empty ssh", yaml: "opennebula:\n  ssh: \" \"\n", err: "opennebula.ssh"},
+		{name: "zero action timeout", yaml: "timeouts:\n  action: 0s\n", err: "timeouts.action"},
 		{name: "syntax", yaml: "fence: [\n", err: "did not find"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
