@@ -11,13 +11,16 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rbdfence/rbdfence/test/testenv"
 )
 
 // ScriptTimeout bounds one run of test/ceph/cluster.sh or
 // test/libvirt/env.sh.
 const ScriptTimeout = 4 * time.Minute
 
-// Ceph is the test cluster as test/ceph/cluster.sh start reports it.
+// Ceph is the test cluster as test/ceph/cluster.sh start reports it (through
+// testenv.StartCeph).
 type Ceph struct {
 	// Mon is the monitor "IP:PORT" (RBDFENCE_TEST_MON).
 	Mon string
@@ -175,8 +178,9 @@ func need(env map[string]string, script string, names ...string) error {
 	return nil
 }
 
-// StartCeph starts (or reuses) the Ceph test cluster with
-// `test/ceph/cluster.sh start`. Failure fails the test: it never skips.
+// StartCeph starts (or reuses) the Ceph test cluster through
+// testenv.StartCeph, the one way the tests start it (test/ceph/cluster.sh
+// start, once per test process). Failure fails the test: it never skips.
 func StartCeph(t testing.TB) Ceph {
 	t.Helper()
 	startMu.Lock()
@@ -184,27 +188,29 @@ func StartCeph(t testing.TB) Ceph {
 	if cephCache != nil {
 		return *cephCache
 	}
-	const script = "test/ceph/cluster.sh"
-	out, err := RunScript(script, "start")
-	if err != nil {
-		t.Fatalf("Ceph test cluster: %v", err)
-	}
-	env, err := ParseExports(out)
-	if err == nil {
-		err = need(env, script, "RBDFENCE_TEST_MON", "RBDFENCE_TEST_CONF", "RBDFENCE_TEST_KEYRING",
-			"RBDFENCE_TEST_USER", "RBDFENCE_TEST_ADMIN_CONF", "RBDFENCE_TEST_POOL")
-	}
-	if err != nil {
-		t.Fatalf("Ceph test cluster: %v\nstdout:\n%s", err, out)
-	}
+	c := testenv.StartCeph(t)
 	cephCache = &Ceph{
-		Mon:       env["RBDFENCE_TEST_MON"],
-		Conf:      env["RBDFENCE_TEST_CONF"],
-		Keyring:   env["RBDFENCE_TEST_KEYRING"],
-		User:      env["RBDFENCE_TEST_USER"],
-		AdminConf: env["RBDFENCE_TEST_ADMIN_CONF"],
-		Pool:      env["RBDFENCE_TEST_POOL"],
-		Env:       env,
+		Mon:       c.Mon,
+		Conf:      c.Conf,
+		Keyring:   c.Keyring,
+		User:      c.User,
+		AdminConf: c.AdminConf,
+		Pool:      c.Pool,
+		Env: map[string]string{
+			"RBDFENCE_TEST_MON":        c.Mon,
+			"RBDFENCE_TEST_MON_HOST":   c.MonHost,
+			"RBDFENCE_TEST_CONF":       c.Conf,
+			"RBDFENCE_TEST_KEYRING":    c.Keyring,
+			"RBDFENCE_TEST_USER":       c.User,
+			"RBDFENCE_TEST_ADMIN_CONF": c.AdminConf,
+			"RBDFENCE_TEST_POOL":       c.Pool,
+			"RBDFENCE_TEST_CEPH_DIR":   c.Dir,
+		},
+	}
+	if err := need(cephCache.Env, "test/ceph/cluster.sh", "RBDFENCE_TEST_MON", "RBDFENCE_TEST_CONF",
+		"RBDFENCE_TEST_KEYRING", "RBDFENCE_TEST_USER", "RBDFENCE_TEST_ADMIN_CONF", "RBDFENCE_TEST_POOL"); err != nil {
+		cephCache = nil
+		t.Fatalf("Ceph test cluster: %v", err)
 	}
 	return *cephCache
 }
