@@ -1,0 +1,353 @@
+//go:build cgo
+
+package hook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/rbdfence/rbdfence/internal/collision"
+	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/domxml"
+	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/events"
+	"github.com/rbdfence/rbdfence/internal/fencer"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
+)
+
+// Source is the claim and event source of the hook.
+const Source = engine.SourceHook
+
+// grace is how long Run waits past timeouts.total for a Ceph call that does
+// not return (a librados call stuck in C ignores the context) before it
+// gives up on it.
+const grace = 3 * time.Second
+
+// Options configure one run of the hook.
+type Options struct {
+	// ConfigPath is the --config value; "" means $RBDFENCE_CONFIG or
+	// config.DefaultPath, where a missing file means built-in defaults.
+	ConfigPath string
+	// Domains, when set, limits the hook to domains whose name matches;
+	// others are left alone as if the hook were not installed.
+	Domains *regexp.Regexp
+	// Stdin is the domain XML from libvirtd.
+	Stdin io.Reader
+	// Log receives the run's log lines (see NewLogger).
+	Log *logrus.Logger
+}
+
+// Error is a failure that must stop libvirt's operation (the start, or the
+// incoming migration). Kind is a hoststep kind (refused, ceph, failure,
+// usage) for the exit code.
+type Error struct {
+	Kind   string
+	Domain string
+	Action Action
+	Err    error
+}
+
+func (e *Error) Error() string {
+	what := "not starting " + e.Domain
+	if e.Action == ActMarkMigration {
+		what = "not accepting the incoming migration of " + e.Domain
+	}
+	return what + ": " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Run performs one hook invocation. It returns nil when libvirt may go on,
+// or an *Error. It never writes to stdout.
+func Run(ctx context.Context, inv Invocation, o Options) error {
+	act := Dispatch(inv)
+	if act == ActNone || (o.Domains != nil && !o.Domains.MatchString(inv.Domain)) {
+		Drain(o.Stdin, ReadTimeout)
+		return nil
+	}
+	r := &runner{inv: inv, act: act, o: o, run: fencer.RunID()}
+	r.log = o.Log.WithFields(logrus.Fields{
+		"domain": inv.Domain, "vm": domxml.VMIDFromName(inv.Domain), "op": inv.Op + " " + inv.SubOp, "run": r.run,
+	})
+	switch act {
+	case ActFence:
+		return r.prepare(ctx)
+	case ActMarkMigration:
+		return r.migrate()
+	case ActClearMark:
+		r.clear()
+		return nil
+	case ActRecord:
+		r.record(ctx)
+		return nil
+	}
+	return nil
+}
+
+type runner struct {
+	inv Invocation
+	act Action
+	o   Options
+	run string
+	log *logrus.Entry
+}
+
+func (r *runner) fail(kind string, err error) error {
+	return &Error{Kind: kind, Domain: r.inv.Domain, Action: r.act, Err: err}
+}
+
+// HostName is this host's OpenNebula name: host_name from the config, or
+// the short system host name.
+func HostName(cfg *config.Config) string {
+	if cfg.HostName != "" {
+		return cfg.HostName
+	}
+	short, _, _ := strings.Cut(fencer.Hostname(), ".")
+	return short
+}
+
+// loadConfig reads the configuration as the rbdfence CLI does and applies
+// the hook's defaults.
+func (r *runner) loadConfig() (*config.Config, error) {
+	path := config.Path(r.o.ConfigPath)
+	cfg, err := config.Load(path, r.o.ConfigPath != "" || path != config.DefaultPath)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.LogLevel == "debug" {
+		r.o.Log.SetLevel(logrus.DebugLevel)
+	}
+	cfg.HostName = HostName(cfg)
+	r.log = r.log.WithField("host", cfg.HostName)
+	return cfg, nil
+}
+
+func marks(cfg *config.Config) Marks {
+	return Marks{Dir: filepath.Join(cfg.StateDir, MarkDir), Window: time.Duration(cfg.Fence.MigrationWindow)}
+}
+
+// domain reads and parses the domain XML on stdin.
+func (r *runner) domain() (*domxml.Domain, error) {
+	b, err := ReadInput(r.o.Stdin, MaxXML, ReadTimeout)
+	if err != nil {
+		return nil, err
+	}
+	dom, err := domxml.Parse(b)
+	if err != nil {
+		return nil, err
+	}
+	if dom.Name != r.inv.Domain {
+		return nil, fmt.Errorf("the domain XML on stdin is for %q, not %q", dom.Name, r.inv.Domain)
+	}
+	return dom, nil
+}
+
+// prepare is `prepare begin`: claim and fence before QEMU opens the disks.
+func (r *runner) prepare(ctx context.Context) error {
+	dom, err := r.domain()
+	if err != nil {
+		return r.fail(hoststep.KindUsage, err)
+	}
+	if len(dom.Disks) == 0 {
+		r.log.Debug("no RBD disks: nothing to do")
+		return nil
+	}
+	cfg, err := r.loadConfig()
+	if err != nil {
+		return r.fail(hoststep.KindUsage, err)
+	}
+	fresh, mk, err := marks(cfg).Fresh(r.inv.Domain)
+	switch {
+	case err != nil:
+		r.log.WithError(err).Warn("cannot read the incoming-migration mark: fencing as for a start")
+	case fresh:
+		r.log.WithField("marked", mk.Time.Format(time.RFC3339)).Info("incoming migration: not fencing (the source runs the VM)")
+		return nil
+	case mk != nil:
+		r.log.WithField("marked", mk.Time.Format(time.RFC3339)).Warn("expired incoming-migration mark removed: fencing as for a start")
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
+	defer cancel()
+	var resp *hoststep.Response
+	if dom.VMID >= 0 {
+		req := &hoststep.Request{Op: hoststep.OpStart, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks}
+		if err := req.Validate(); err != nil {
+			return r.fail(hoststep.KindUsage, err)
+		}
+		resp = bounded(ctx, cfg, func(ctx context.Context) *hoststep.Response { return fencer.Do(ctx, cfg, req) })
+	} else {
+		resp = bounded(ctx, cfg, func(ctx context.Context) *hoststep.Response {
+			return fencer.FenceDisks(ctx, cfg, dom.Disks, r.run, cfg.HostName)
+		})
+	}
+	r.logReport(resp)
+	if dom.VMID >= 0 {
+		r.publish(ctx, cfg, resp)
+	}
+	if !resp.OK {
+		err := errors.New(resp.Error)
+		if resp.Kind == hoststep.KindCeph {
+			if cfg.Fence.FailOpen {
+				r.log.WithError(err).Warn("Ceph check impossible; starting anyway because fence.fail_open is true")
+				return nil
+			}
+			err = fmt.Errorf("%s (fail closed: fence.fail_open is false)", resp.Error)
+		}
+		return r.fail(resp.Kind, err)
+	}
+	if resp.Error != "" {
+		r.log.Warn(resp.Error)
+	}
+	r.log.WithField("handover", resp.Handover).Debug("start admitted")
+	return nil
+}
+
+// bounded runs f with ctx and returns its response, or a failure when f has
+// not returned grace after ctx ended.
+func bounded(ctx context.Context, cfg *config.Config, f func(context.Context) *hoststep.Response) *hoststep.Response {
+	done := make(chan *hoststep.Response, 1)
+	go func() { done <- f(ctx) }()
+	select {
+	case resp := <-done:
+		return resp
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case resp := <-done:
+		return resp
+	case <-t.C:
+		return &hoststep.Response{Kind: hoststep.KindFailure,
+			Error: fmt.Sprintf("Ceph did not answer within timeouts.total (%s): the fence may be incomplete", time.Duration(cfg.Timeouts.Total))}
+	}
+}
+
+// logReport logs what the engine did. Fences are warnings (a zombie was
+// found, something went wrong elsewhere); the rest is quiet.
+func (r *runner) logReport(resp *hoststep.Response) {
+	if resp.Report == nil {
+		return
+	}
+	logClient := func(image string, c engine.ClientReport) {
+		l := r.log.WithFields(logrus.Fields{"image": image, "client": c.Client, "address": c.Address, "action": c.Action, "decision": c.Decision})
+		switch {
+		case c.Fenced():
+			l.WithField("expire", c.Expire.UTC().Format(time.RFC3339)).Warn("fenced a foreign client")
+		case c.Action == engine.ActFailed:
+			l.WithField("error", c.Error).Error("fence failed")
+		default:
+			l.Info("client left alone")
+		}
+	}
+	for _, im := range resp.Report.Images {
+		for _, c := range im.Clients {
+			logClient(im.Image, c)
+		}
+	}
+	for _, c := range resp.Report.Recorded {
+		logClient("(recorded address of the previous instance)", c)
+	}
+}
+
+// publish raises one collision event per fenced client: to oned, or to the
+// spool when oned does not answer. Nothing is published for a clean start.
+func (r *runner) publish(ctx context.Context, cfg *config.Config, resp *hoststep.Response) {
+	evs := collision.Events(resp.Audit, Source)
+	if len(evs) == 0 {
+		return
+	}
+	res, err := collision.Publish(ctx, cfg, evs)
+	l := r.log.WithFields(logrus.Fields{"delivered": res.Delivered, "spooled": res.Spooled})
+	var deferred *events.DeferredError
+	switch {
+	case err == nil:
+		l.Info("collision events delivered to oned")
+	case errors.As(err, &deferred):
+		l.WithError(err).Warn("collision events kept in the spool: oned did not take them now")
+	default:
+		l.WithError(err).Error("collision events could be neither delivered nor spooled; they are in the audit log " + cfg.AuditLog)
+	}
+}
+
+// migrate is `migrate begin` on the destination of a live migration: mark
+// the domain so that the prepare that follows does not fence the source.
+func (r *runner) migrate() error {
+	dom, err := r.domain()
+	if err != nil {
+		return r.fail(hoststep.KindUsage, err)
+	}
+	if len(dom.Disks) == 0 {
+		return nil
+	}
+	cfg, err := r.loadConfig()
+	if err != nil {
+		return r.fail(hoststep.KindUsage, err)
+	}
+	if err := marks(cfg).Set(r.inv.Domain, r.run); err != nil {
+		// Without the mark the prepare would fence the running source.
+		return r.fail(hoststep.KindFailure, err)
+	}
+	r.log.Info("incoming migration marked")
+	return nil
+}
+
+// clear is `release end` / `stopped end`: the domain is gone from this host.
+func (r *runner) clear() {
+	Drain(r.o.Stdin, ReadTimeout)
+	cfg, err := r.loadConfig()
+	if err != nil {
+		r.log.WithError(err).Warn("config: cannot clear the incoming-migration mark (it expires on its own)")
+		return
+	}
+	if err := marks(cfg).Clear(r.inv.Domain); err != nil {
+		r.log.WithError(err).Warn("cannot clear the incoming-migration mark (it expires on its own)")
+	}
+}
+
+// record is `started begin`: store the new QEMU's client addresses in the
+// VM's claim, so that a later start elsewhere fences this instance even if
+// it is cut off from Ceph by then. A failure is logged, never fatal.
+func (r *runner) record(ctx context.Context) {
+	dom, err := r.domain()
+	if err != nil {
+		r.log.WithError(err).Warn("cannot record the started instance")
+		return
+	}
+	if len(dom.Disks) == 0 || dom.VMID < 0 {
+		return
+	}
+	cfg, err := r.loadConfig()
+	if err != nil {
+		r.log.WithError(err).Warn("cannot record the started instance")
+		return
+	}
+	if fresh, _, err := marks(cfg).Fresh(r.inv.Domain); err == nil && fresh {
+		r.log.Debug("incoming migration: the migration's end records the instance")
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
+	defer cancel()
+	req := &hoststep.Request{Op: hoststep.OpRecord, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks}
+	resp := bounded(ctx, cfg, func(ctx context.Context) *hoststep.Response { return fencer.Do(ctx, cfg, req) })
+	if !resp.OK {
+		r.log.WithField("kind", resp.Kind).Warn("cannot record the started instance's addresses in the claim: " + resp.Error)
+		return
+	}
+	var addrs []string
+	if resp.Claim != nil {
+		for _, a := range resp.Claim.Addrs {
+			addrs = append(addrs, a.String())
+		}
+	}
+	r.log.WithField("addrs", strings.Join(addrs, ",")).Info("recorded the started instance")
+}
