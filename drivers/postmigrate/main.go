@@ -1,0 +1,56 @@
+// Command postmigrate wraps the Ceph TM's postmigrate (kept as
+// postmigrate.rbdfence-orig next to it, always run with the same arguments and
+// stdin). It closes the handover window on the destination, fences a lock owner
+// that is not on the destination and records the new instance, then runs
+// the original postmigrate. Its exit code is always the original's: the VM
+// already runs on the destination; rbdfence's failure is logged.
+//
+//	postmigrate <src_host> <dst_host> <remote_system_dir> <vmid> <sys_dsid> [caller_tm]   (stdin: base64 VM XML)
+//
+// Exit codes: the original's; 1 incomplete fence or original missing;
+// 2 bad arguments, input or config; 3 the step could not be done (Ceph,
+// ssh or oned); 4 refused by the VM's claim.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/rbdfence/rbdfence/internal/frontend"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, frontend.SelfPath(os.Args[0]), os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, self string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e, err := frontend.LoadEnv("", stdout, stderr)
+	if err != nil {
+		// rbdfence cannot act without its config, but the original must run.
+		e = frontend.BrokenEnv(err, stdout, stderr)
+	}
+	err = frontend.Migrate(ctx, e, "postmigrate", self, args, stdin)
+	var (
+		fe *frontend.Error
+		xe *frontend.ExitError
+	)
+	switch {
+	case err == nil:
+		return frontend.ExitOK
+	case errors.As(err, &xe):
+		return xe.Code // the original's own code; its stderr was relayed
+	case errors.As(err, &fe):
+		fmt.Fprintln(stderr, fe.Msg)
+		return fe.Kind.ExitCode()
+	}
+	fmt.Fprintln(stderr, "rbdfence: "+err.Error())
+	return frontend.ExitFailure
+}

@@ -1,0 +1,54 @@
+// Command prestart runs rbdfence's start check for one OpenNebula VM from
+// the front-end: it reads the VM from oned (one.vm.info), claims it for
+// this deploy and fences every foreign client of its RBD images, on the
+// target host over ssh (or locally with opennebula.remote: local). The
+// deploy and restore wrappers do the same before the remote action; this
+// binary is for admins and other wrappers.
+//
+//	prestart <vmid> [<host>]
+//
+// <host> defaults to the VM's host in oned (last HISTORY record). Exit
+// codes: 0 the start may go on (also: nothing to check); 1 incomplete
+// fence; 2 bad arguments or config, unknown VM; 3 the check could not be
+// done (Ceph, ssh or oned); 4 refused by the VM's claim.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/rbdfence/rbdfence/internal/frontend"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	in, err := frontend.ParsePrestartArgs(args)
+	var e *frontend.Env
+	if err == nil {
+		e, err = frontend.LoadEnv("", stdout, stderr)
+	}
+	if err == nil {
+		_, err = frontend.Prestart(ctx, e, in)
+	}
+	var fe *frontend.Error
+	switch {
+	case err == nil:
+		return frontend.ExitOK
+	case errors.As(err, &fe):
+		fmt.Fprintln(stderr, fe.Msg)
+		return fe.Kind.ExitCode()
+	}
+	fmt.Fprintln(stderr, "rbdfence: "+err.Error())
+	return frontend.ExitFailure
+}

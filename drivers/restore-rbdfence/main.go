@@ -1,0 +1,52 @@
+// Command restore-rbdfence is the VMM local restore action for KVM
+// (VM_MAD ARGUMENTS "-l restore=restore-rbdfence"): it runs rbdfence's start
+// check for the VM and then exactly what the normal restore does, the remote
+// <remote_dir>/vmm/kvm/restore on the host, relaying its output.
+//
+//	restore-rbdfence <checkpoint> <host> <deploy_id> <vmid> <host>   (stdin: base64 driver action XML)
+//
+// Exit codes: 0 restored; the remote restore's own code when it failed;
+// 1 incomplete fence; 2 bad arguments, input or config; 3 the check could
+// not be done (Ceph, ssh or oned); 4 refused by the VM's claim.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/rbdfence/rbdfence/internal/frontend"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e, err := frontend.LoadEnv("", stdout, stderr)
+	if err == nil {
+		err = frontend.Restore(ctx, e, args, stdin)
+	}
+	var (
+		fe *frontend.Error
+		xe *frontend.ExitError
+	)
+	switch {
+	case err == nil:
+		return frontend.ExitOK
+	case errors.As(err, &xe):
+		return xe.Code // its stderr was relayed as it came
+	case errors.As(err, &fe):
+		fmt.Fprintln(stderr, fe.Msg)
+		return fe.Kind.ExitCode()
+	}
+	fmt.Fprintln(stderr, "rbdfence: "+err.Error())
+	return frontend.ExitFailure
+}

@@ -1,0 +1,215 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/config"
+)
+
+func TestShellQuoteThroughShell(t *testing.T) {
+	for _, s := range []string{"", "plain", "with space", "it's", `"double"`, "$(touch /tmp/x)", "`id`", "a\nb", `back\slash`, "*?[]{}~", "'", "''"} {
+		out, err := exec.Command("sh", "-c", "printf %s "+shellQuote(s)).Output()
+		if err != nil {
+			t.Fatalf("%q: %v", s, err)
+		}
+		if string(out) != s {
+			t.Errorf("shellQuote(%q) came back as %q", s, out)
+		}
+	}
+}
+
+func TestCheckHost(t *testing.T) {
+	for _, tc := range []struct {
+		h  string
+		ok bool
+	}{
+		{"node1", true}, {"node-1.example.com", true}, {"10.0.0.5", true}, {"2001:db8::1", true}, {"rbdf_a", true},
+		{"", false}, {"-oProxyCommand=x", false}, {"a b", false}, {"a;b", false}, {"a\nb", false}, {"user@host", false},
+		{strings.Repeat("a", 254), false},
+	} {
+		if err := checkHost("host", tc.h); (err == nil) != tc.ok {
+			t.Errorf("checkHost(%q) = %v, want ok=%v", tc.h, err, tc.ok)
+		}
+	}
+}
+
+func TestSSHArgv(t *testing.T) {
+	cfg := config.Default()
+	cfg.OpenNebula.SSH = "ssh -F /etc/x/ssh_config"
+	cfg.Timeouts.SSH = config.Duration(7 * time.Second)
+	e := &Env{Cfg: cfg}
+	got, err := e.sshArgv("node1", []string{"/var/tmp/one/rbdfence/rbdfence-host", "host", "--config", "/etc/one/it's.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"ssh", "-F", "/etc/x/ssh_config", "-o", "BatchMode=yes", "-o", "ConnectTimeout=7", "node1",
+		`'/var/tmp/one/rbdfence/rbdfence-host' 'host' '--config' '/etc/one/it'"'"'s.yaml'`}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+	if _, err := e.sshArgv("-oProxyCommand=sh", []string{"x"}); err == nil {
+		t.Fatal("an option as host name was accepted")
+	}
+}
+
+func TestParseArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fn   func([]string) error
+		args []string
+		err  string
+	}{
+		{"deploy ok", func(a []string) error { _, err := ParseDeployArgs(a); return err }, []string{"/var/lib/one/vms/4/deployment.0", "n1", "4", "n1"}, ""},
+		{"deploy 3 args", func(a []string) error { _, err := ParseDeployArgs(a); return err }, []string{"/var/lib/one/vms/4/deployment.0", "n1", "4"}, ""},
+		{"deploy none", func(a []string) error { _, err := ParseDeployArgs(a); return err }, nil, "wrong number of arguments (0)"},
+		{"deploy bad vm", func(a []string) error { _, err := ParseDeployArgs(a); return err }, []string{"/d", "n1", "x4", "n1"}, "VM id"},
+		{"deploy negative vm", func(a []string) error { _, err := ParseDeployArgs(a); return err }, []string{"/d", "n1", "-4", "n1"}, "VM id"},
+		{"deploy hosts differ", func(a []string) error { _, err := ParseDeployArgs(a); return err }, []string{"/d", "n1", "4", "n2"}, "differ"},
+		{"deploy relative file", func(a []string) error { _, err := ParseDeployArgs(a); return err }, []string{"deployment.0", "n1", "4", "n1"}, "absolute"},
+		{"deploy option host", func(a []string) error { _, err := ParseDeployArgs(a); return err }, []string{"/d", "-x", "4", "-x"}, "not a host name"},
+		{"restore ok", func(a []string) error { _, err := ParseRestoreArgs(a); return err }, []string{"/var/lib/one/datastores/0/4/checkpoint", "n1", "uuid", "4", "n1"}, ""},
+		{"restore short", func(a []string) error { _, err := ParseRestoreArgs(a); return err }, []string{"/c", "n1"}, "wrong number"},
+		{"restore relative", func(a []string) error { _, err := ParseRestoreArgs(a); return err }, []string{"c", "n1", "u", "4", "n1"}, "absolute"},
+		{"migrate ok", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n2", "/var/lib/one/datastores/0/4", "4", "0"}, ""},
+		{"migrate caller", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n2", "/d", "4", "0", "ssh"}, ""},
+		{"migrate short", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n2"}, "wrong number"},
+		{"migrate long", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n2", "/d", "4", "0", "ssh", "x"}, "wrong number"},
+		{"migrate bad ds", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n2", "/d", "4", "zero"}, "datastore"},
+		{"migrate bad dst", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n 2", "/d", "4", "0"}, "destination host"},
+		{"prestart ok", func(a []string) error { _, err := ParsePrestartArgs(a); return err }, []string{"4"}, ""},
+		{"prestart host", func(a []string) error { _, err := ParsePrestartArgs(a); return err }, []string{"4", "n1"}, ""},
+		{"prestart none", func(a []string) error { _, err := ParsePrestartArgs(a); return err }, nil, "usage: prestart"},
+		{"prestart bad", func(a []string) error { _, err := ParsePrestartArgs(a); return err }, []string{"four"}, "VM id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.fn(tc.args)
+			if tc.err == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			fe, ok := err.(*Error)
+			if !ok || fe.Kind != KindUsage || !strings.Contains(fe.Msg, tc.err) || strings.Contains(fe.Msg, "\n") {
+				t.Fatalf("want a one-line usage error with %q, got %#v", tc.err, err)
+			}
+		})
+	}
+}
+
+func TestDecodeBase64(t *testing.T) {
+	enc := base64.StdEncoding.EncodeToString([]byte("<domain/>"))
+	for _, tc := range []struct {
+		in, want, err string
+	}{
+		{enc, "<domain/>", ""},
+		{enc + "\n", "<domain/>", ""},
+		{enc[:4] + "\n" + enc[4:], "<domain/>", ""},
+		{"", "", "empty"},
+		{" \n", "", "empty"},
+		{"<domain/>", "", "not base64"},
+		{enc[:len(enc)-1], "", "not base64"},
+	} {
+		got, err := DecodeBase64("x", []byte(tc.in))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: want error %q, got %v", tc.in, tc.err, err)
+			}
+			continue
+		}
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%q: got %q, %v", tc.in, got, err)
+		}
+	}
+}
+
+func TestXMLRoot(t *testing.T) {
+	for _, tc := range []struct{ in, root, err string }{
+		{`<?xml version="1.0"?><VMM_DRIVER_ACTION_DATA><HOST>n</HOST></VMM_DRIVER_ACTION_DATA>`, "VMM_DRIVER_ACTION_DATA", ""},
+		{"<a/>\n", "a", ""},
+		{"", "", "no root"},
+		{"just text", "", "text outside"},
+		{"<a><b></a>", "", "well-formed"},
+		{"<a/><b/>", "", "more than one root"},
+	} {
+		root, err := xmlRoot([]byte(tc.in))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: want error %q, got %v", tc.in, tc.err, err)
+			}
+			continue
+		}
+		if err != nil || root != tc.root {
+			t.Errorf("%q: got %q, %v", tc.in, root, err)
+		}
+	}
+}
+
+func TestDeploySeq(t *testing.T) {
+	for in, want := range map[string]int{
+		"/var/lib/one/vms/4/deployment.0": 0, "/x/deployment.12": 12, "/x/deployment.": -1, "/x/deployment.-1": -1,
+		"/x/deployment.07": -1, "/x/deploy.3": -1, "/x/deployment.3.tmp": -1,
+	} {
+		if got := deploySeq(in); got != want {
+			t.Errorf("deploySeq(%q) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+func TestLogLines(t *testing.T) {
+	var b bytes.Buffer
+	l := NewLog(&b, -1)
+	l.Info("no vm yet")
+	l.SetVM(42)
+	l.Info("fenced %s", "client.1\nsecond line")
+	l.Error("bad")
+	want := "INFO: rbdfence: no vm yet\nINFO: 42 rbdfence: fenced client.1 second line\nERROR: 42 rbdfence: bad\n"
+	if b.String() != want {
+		t.Fatalf("got %q\nwant %q", b.String(), want)
+	}
+}
+
+func TestKindExitCodes(t *testing.T) {
+	for k, want := range map[Kind]int{KindFailure: 1, KindUsage: 2, KindUnavailable: 3, KindRefused: 4} {
+		if got := k.ExitCode(); got != want {
+			t.Errorf("%v: exit %d, want %d", k, got, want)
+		}
+	}
+}
+
+func TestRunTimeoutKillsGroup(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "survivor")
+	start := time.Now()
+	// The child leaves a grandchild behind that would write marker later.
+	_, err := run(context.Background(), proc{argv: []string{"sh", "-c", "(sleep 2; touch " + marker + ") & sleep 30"}, timeout: 300 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "timed out") {
+		t.Fatalf("want a timeout, got %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("took %s", took)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("a grandchild survived the timeout")
+	}
+}
+
+func TestBashShebang(t *testing.T) {
+	for line, want := range map[string]bool{
+		"#!/bin/bash": true, "#!/usr/bin/bash -e": true, "#!/usr/bin/env bash": true, "#! /bin/bash": true,
+		"#!/bin/sh": false, "#!/usr/bin/env ruby": false, "#!/bin/bashful": false, "bash": false,
+	} {
+		if got := bashShebang.MatchString(line); got != want {
+			t.Errorf("%q: %v, want %v", line, got, want)
+		}
+	}
+}

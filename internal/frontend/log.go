@@ -1,0 +1,49 @@
+package frontend
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+)
+
+// Log writes OpenNebula driver log lines on stderr: "INFO: <vmid> rbdfence:
+// msg" and "ERROR: <vmid> rbdfence: msg". oned 7.x files a line that starts
+// with "INFO: <vmid>" into that VM's log; older versions log it in the
+// driver log. Messages are flattened to one line.
+type Log struct {
+	mu sync.Mutex
+	w  io.Writer
+	vm int
+}
+
+// NewLog returns a log writing to w for VM vm (-1: not known yet).
+func NewLog(w io.Writer, vm int) *Log {
+	if w == nil {
+		w = io.Discard
+	}
+	return &Log{w: w, vm: vm}
+}
+
+// SetVM sets the VM id the lines carry.
+func (l *Log) SetVM(vm int) {
+	l.mu.Lock()
+	l.vm = vm
+	l.mu.Unlock()
+}
+
+// Info logs a progress line.
+func (l *Log) Info(format string, a ...any) { l.line("INFO", format, a...) }
+
+// Error logs a problem that does not by itself stop the action.
+func (l *Log) Error(format string, a ...any) { l.line("ERROR", format, a...) }
+
+func (l *Log) line(level, format string, a ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prefix := level + ": "
+	if l.vm >= 0 {
+		prefix += strconv.Itoa(l.vm) + " "
+	}
+	_, _ = fmt.Fprintln(l.w, prefix+"rbdfence: "+oneLine(fmt.Sprintf(format, a...)))
+}

@@ -1,0 +1,335 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/rbdfence/rbdfence/internal/domxml"
+	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
+)
+
+// MaxStdin bounds what a driver reads from oned on stdin.
+const MaxStdin = 64 << 20
+
+// ReadStdin reads a driver's stdin, at most MaxStdin bytes.
+func ReadStdin(r io.Reader) ([]byte, error) {
+	if r == nil {
+		return nil, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r, MaxStdin+1))
+	if err != nil {
+		return nil, errorf(KindUsage, -1, "reading stdin: %v", err)
+	}
+	if len(b) > MaxStdin {
+		return nil, errorf(KindUsage, -1, "stdin is larger than %d bytes", MaxStdin)
+	}
+	return b, nil
+}
+
+// DecodeBase64 decodes what oned sends local actions and TM scripts on
+// stdin (Base64.strict_encode64, possibly wrapped): blanks and newlines are
+// ignored, anything else must be standard base64 with padding.
+func DecodeBase64(what string, b []byte) ([]byte, error) {
+	clean := bytes.Map(func(r rune) rune {
+		switch r {
+		case ' ', '\t', '\r', '\n':
+			return -1
+		}
+		return r
+	}, b)
+	if len(clean) == 0 {
+		return nil, fmt.Errorf("%s: stdin is empty, want base64", what)
+	}
+	out := make([]byte, base64.StdEncoding.DecodedLen(len(clean)))
+	n, err := base64.StdEncoding.Decode(out, clean)
+	if err != nil {
+		return nil, fmt.Errorf("%s: stdin is not base64 (%v)", what, err)
+	}
+	return out[:n], nil
+}
+
+// xmlRoot returns the name of the root element of a well-formed XML
+// document, or an error naming what is wrong.
+func xmlRoot(doc []byte) (string, error) {
+	dec := xml.NewDecoder(bytes.NewReader(doc))
+	root := ""
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return "", fmt.Errorf("not well-formed XML: %s", clip(err.Error()))
+		}
+		switch t := tok.(type) {
+		case xml.StartElement:
+			if depth == 0 {
+				if root != "" {
+					return "", errors.New("not well-formed XML: more than one root element")
+				}
+				root = t.Name.Local
+			}
+			depth++
+		case xml.EndElement:
+			depth--
+		case xml.CharData:
+			if depth == 0 && len(bytes.TrimSpace(t)) > 0 {
+				return "", errors.New("not well-formed XML: text outside the root element")
+			}
+		}
+	}
+	if root == "" {
+		return "", errors.New("not XML: no root element")
+	}
+	return root, nil
+}
+
+// parseVMID parses a VM id argument.
+func parseVMID(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || strconv.Itoa(n) != s {
+		return -1, fmt.Errorf("VM id %q is not a non-negative integer", clip(s))
+	}
+	return n, nil
+}
+
+// deploySeq returns N for a deployment file named "deployment.N", else -1.
+func deploySeq(file string) int {
+	s, ok := strings.CutPrefix(filepath.Base(file), "deployment.")
+	if !ok {
+		return -1
+	}
+	n, err := parseVMID(s)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// DeployArgs is the local deploy action's command line as oned passes it:
+// <local deployment file> <host> <vmid> <host>.
+type DeployArgs struct {
+	LocalFile string
+	Host      string
+	VM        int
+}
+
+// ParseDeployArgs checks the deploy action's arguments.
+func ParseDeployArgs(args []string) (DeployArgs, error) {
+	const usage = "usage: deploy-rbdfence <local deployment file> <host> <vmid> <host> (base64 domain XML on stdin), as oned runs a local deploy action"
+	if len(args) != 4 && len(args) != 3 {
+		return DeployArgs{}, errorf(KindUsage, -1, "wrong number of arguments (%d); %s", len(args), usage)
+	}
+	a := DeployArgs{LocalFile: args[0], Host: args[1]}
+	vm, err := parseVMID(args[2])
+	if err != nil {
+		return a, errorf(KindUsage, -1, "%v; %s", err, usage)
+	}
+	a.VM = vm
+	if err := checkHost("host", a.Host); err != nil {
+		return a, errorf(KindUsage, vm, "%v; %s", err, usage)
+	}
+	if len(args) == 4 && args[3] != a.Host {
+		return a, errorf(KindUsage, vm, "hosts %q and %q differ; %s", clip(args[1]), clip(args[3]), usage)
+	}
+	if a.LocalFile == "" || !filepath.IsAbs(a.LocalFile) {
+		return a, errorf(KindUsage, vm, "deployment file %q is not an absolute path; %s", clip(a.LocalFile), usage)
+	}
+	return a, nil
+}
+
+// Deploy is the local deploy action: prestart, then the remote deploy on
+// the host with the domain XML on stdin, its stdout (the DEPLOY_ID) relayed
+// to e.Stdout, its stderr to e.Stderr and its exit code kept (*ExitError).
+// If prestart refuses, the remote deploy is not run. After a successful
+// deploy the new instance's client addresses are recorded (best effort).
+func Deploy(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
+	a, err := ParseDeployArgs(args)
+	if err != nil {
+		return err
+	}
+	e.Log.SetVM(a.VM)
+	raw, err := ReadStdin(stdin)
+	if err != nil {
+		return err
+	}
+	domain, err := DecodeBase64("domain XML", raw)
+	if err != nil {
+		return errorf(KindUsage, a.VM, "VM %d: %v; nothing was started", a.VM, err)
+	}
+	dom, err := domxml.Parse(domain)
+	if err != nil {
+		return errorf(KindUsage, a.VM, "VM %d: %v; nothing was started", a.VM, err)
+	}
+	if dom.VMID >= 0 && dom.VMID != a.VM {
+		return errorf(KindUsage, a.VM, "VM %d: the domain XML on stdin is %s, another VM's; nothing was started", a.VM, clip(dom.Name))
+	}
+	remoteFile := ""
+	if dom.OpenNebula != nil && dom.OpenNebula.SystemDatastore != "" {
+		remoteFile = strings.TrimRight(dom.OpenNebula.SystemDatastore, "/") + "/" + filepath.Base(a.LocalFile)
+	}
+
+	res, err := Prestart(ctx, e, StartInput{VM: a.VM, Host: a.Host, Seq: deploySeq(a.LocalFile)})
+	if err != nil {
+		return err
+	}
+	if remoteFile == "" {
+		if res.VM == nil || res.VM.SystemDSID < 0 {
+			return errorf(KindFailure, a.VM, "VM %d: the domain XML has no <one:system_datastore> and oned gave no system datastore: cannot name the remote deployment file", a.VM)
+		}
+		remoteFile = path.Join(e.Cfg.OpenNebula.DatastoreLocation, strconv.Itoa(res.VM.SystemDSID), strconv.Itoa(a.VM), filepath.Base(a.LocalFile))
+	}
+	if err := e.copyVMDirFiles(ctx, a, path.Dir(remoteFile)); err != nil {
+		return err
+	}
+	script := path.Join(e.Cfg.OpenNebula.RemoteDir, "vmm/kvm/deploy")
+	out := &capBuffer{max: 4096}
+	code, err := e.remoteAction(ctx, a.Host, []string{script, remoteFile, a.Host, strconv.Itoa(a.VM), a.Host}, domain,
+		io.MultiWriter(e.Stdout, out), e.Stderr)
+	if err != nil {
+		return errorf(KindFailure, a.VM, "VM %d: remote deploy on %s: %v", a.VM, a.Host, err)
+	}
+	if code != 0 {
+		return &ExitError{What: "remote deploy on " + a.Host, Code: code}
+	}
+	e.Log.Info("VM %d deployed on %s (DEPLOY_ID %s)", a.VM, a.Host, orDash(strings.TrimSpace(out.buf.String())))
+	e.recordInstance(ctx, res)
+	return nil
+}
+
+// copyVMDirFiles does what oned's normal deploy does before the remote
+// deploy and skips for a local action: it writes vm.xml and ds.xml into
+// the VM's directory on the host (oned wrote them next to the local
+// deployment file instead). Files oned did not write are skipped.
+func (e *Env) copyVMDirFiles(ctx context.Context, a DeployArgs, remoteDir string) error {
+	for _, name := range []string{"vm.xml", "ds.xml"} {
+		data, err := os.ReadFile(filepath.Join(filepath.Dir(a.LocalFile), name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return errorf(KindFailure, a.VM, "VM %d: reading %s: %v", a.VM, name, err)
+		}
+		var stderr capBuffer
+		stderr.max = 4096
+		cmd := "mkdir -p " + shellQuote(remoteDir) + " && cat > " + shellQuote(remoteDir+"/"+name)
+		code, err := e.remoteAction(ctx, a.Host, []string{"sh", "-c", cmd}, data, io.Discard, &stderr)
+		if err == nil && code != 0 {
+			err = fmt.Errorf("exit %d: %s", code, orDash(lastLine(stderr.buf.Bytes())))
+		}
+		if err != nil {
+			return errorf(KindFailure, a.VM, "VM %d: cannot write %s/%s on %s: %v", a.VM, remoteDir, name, a.Host, err)
+		}
+	}
+	return nil
+}
+
+// recordInstance records the client addresses of the instance that now
+// runs on the host in the VM's claim: a later start elsewhere blocklists
+// them even if that instance is cut off from Ceph then. Best effort: a
+// failure is logged, the start has succeeded.
+func (e *Env) recordInstance(ctx context.Context, res *StartResult) {
+	if res == nil || res.Skipped || res.VM == nil || len(res.VM.Disks) == 0 {
+		return
+	}
+	req := &hoststep.Request{Op: hoststep.OpRecord, VM: res.VM.ID, Seq: res.Seq, Host: res.Host, Run: res.Run,
+		Source: engine.SourceFrontend, Disks: res.VM.Disks}
+	resp, err := e.hostStep(ctx, res.Host, req, onHost)
+	if err == nil && !resp.OK {
+		err = errors.New(resp.Error)
+	}
+	if err != nil {
+		e.Log.Error("VM %d started, but its client addresses were not recorded (a later start elsewhere only fences what it sees): %v", res.VM.ID, err)
+		return
+	}
+	n := 0
+	if resp.Claim != nil {
+		n = len(resp.Claim.Addrs)
+	}
+	e.Log.Info("VM %d: recorded %d client address(es) of the instance on %s", res.VM.ID, n, res.Host)
+}
+
+// RestoreArgs is the local restore action's command line as oned passes
+// it: <checkpoint> <host> <deploy_id> <vmid> <host>.
+type RestoreArgs struct {
+	Checkpoint string
+	Host       string
+	DeployID   string
+	VM         int
+}
+
+// ParseRestoreArgs checks the restore action's arguments.
+func ParseRestoreArgs(args []string) (RestoreArgs, error) {
+	const usage = "usage: restore-rbdfence <checkpoint> <host> <deploy_id> <vmid> <host> (base64 driver action XML on stdin), as oned runs a local restore action"
+	if len(args) != 5 && len(args) != 4 {
+		return RestoreArgs{}, errorf(KindUsage, -1, "wrong number of arguments (%d); %s", len(args), usage)
+	}
+	a := RestoreArgs{Checkpoint: args[0], Host: args[1], DeployID: args[2]}
+	vm, err := parseVMID(args[3])
+	if err != nil {
+		return a, errorf(KindUsage, -1, "%v; %s", err, usage)
+	}
+	a.VM = vm
+	if err := checkHost("host", a.Host); err != nil {
+		return a, errorf(KindUsage, vm, "%v; %s", err, usage)
+	}
+	if len(args) == 5 && args[4] != a.Host {
+		return a, errorf(KindUsage, vm, "hosts %q and %q differ; %s", clip(args[1]), clip(args[4]), usage)
+	}
+	if !filepath.IsAbs(a.Checkpoint) {
+		return a, errorf(KindUsage, vm, "checkpoint %q is not an absolute path; %s", clip(a.Checkpoint), usage)
+	}
+	return a, nil
+}
+
+// Restore is the local restore action: prestart, then the remote restore
+// with the driver action XML on stdin, relaying its output and exit code.
+func Restore(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
+	a, err := ParseRestoreArgs(args)
+	if err != nil {
+		return err
+	}
+	e.Log.SetVM(a.VM)
+	raw, err := ReadStdin(stdin)
+	if err != nil {
+		return err
+	}
+	msg, err := DecodeBase64("driver action XML", raw)
+	if err != nil {
+		return errorf(KindUsage, a.VM, "VM %d: %v; nothing was restored", a.VM, err)
+	}
+	root, err := xmlRoot(msg)
+	if err != nil {
+		return errorf(KindUsage, a.VM, "VM %d: driver action on stdin: %v; nothing was restored", a.VM, err)
+	}
+	if root != "VMM_DRIVER_ACTION_DATA" {
+		return errorf(KindUsage, a.VM, "VM %d: stdin is a <%s> document, want <VMM_DRIVER_ACTION_DATA>; nothing was restored", a.VM, clip(root))
+	}
+	res, err := Prestart(ctx, e, StartInput{VM: a.VM, Host: a.Host, Seq: -1})
+	if err != nil {
+		return err
+	}
+	script := path.Join(e.Cfg.OpenNebula.RemoteDir, "vmm/kvm/restore")
+	code, err := e.remoteAction(ctx, a.Host, []string{script, a.Checkpoint, a.Host, a.DeployID, strconv.Itoa(a.VM), a.Host}, msg, e.Stdout, e.Stderr)
+	if err != nil {
+		return errorf(KindFailure, a.VM, "VM %d: remote restore on %s: %v", a.VM, a.Host, err)
+	}
+	if code != 0 {
+		return &ExitError{What: "remote restore on " + a.Host, Code: code}
+	}
+	e.Log.Info("VM %d restored on %s", a.VM, a.Host)
+	e.recordInstance(ctx, res)
+	return nil
+}
