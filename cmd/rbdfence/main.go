@@ -33,6 +33,8 @@ verbs:
   fence  --image POOL/IMAGE [...]   blocklist and unlock every foreign client
   host   <op>                       host-side step of the OpenNebula drivers (JSON on stdin/stdout)
   claim  show --vm ID --pool POOL   show a VM's claim
+  events [--vm ID] [--since T] [--json]   list lock-collision events of all VMs (from oned)
+  events flush                      deliver the spooled events to oned
   blocklist ls [--all]              blocklist entries rbdfence added (VM, image, expiry, time left)
   unfence ADDRESS | --vm ID [--yes] remove our blocklist entries (needs the blocklistop=rm cap)
   version                           print the version
@@ -75,6 +77,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runHost(ctx, args[1:], stdin, stdout, stderr)
 	case "claim":
 		err = runClaim(ctx, args[1:], stdout, stderr)
+	case "events":
+		err = runEvents(ctx, args[1:], stdout, stderr)
 	case "blocklist":
 		err = runBlocklist(ctx, args[1:], stdout, stderr)
 	case "unfence":

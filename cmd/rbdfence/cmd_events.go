@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/events"
+	"github.com/rbdfence/rbdfence/internal/opennebula"
+)
+
+// eventsOptions are the flags of "rbdfence events".
+type eventsOptions struct {
+	configPath string
+	vm         int
+	since      string
+	json       bool
+}
+
+// runEvents lists the collision events recorded in the VMs' user templates
+// (one.vmpool.infoextended), or with "flush" delivers the spooled ones.
+func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "flush" {
+		return runEventsFlush(ctx, args[1:], stdout)
+	}
+	fs := flag.NewFlagSet("events", flag.ContinueOnError)
+	var o eventsOptions
+	fs.StringVar(&o.configPath, "config", "", "config file (default $RBDFENCE_CONFIG or "+config.DefaultPath+")")
+	fs.IntVar(&o.vm, "vm", -1, "only this VM's events")
+	fs.StringVar(&o.since, "since", "", "only events at or after T: RFC 3339 time, YYYY-MM-DD, or an age like 24h or 7d")
+	fs.BoolVar(&o.json, "json", false, "print the events as JSON on stdout")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if o.vm < -1 {
+		return usagef("events: --vm %d: want a VM id", o.vm)
+	}
+	since, err := parseSince(o.since, time.Now())
+	if err != nil {
+		return usagef("events: --since: %v", err)
+	}
+	cfg, err := loadConfig(o.configPath)
+	if err != nil {
+		return err
+	}
+	client, err := opennebula.New(cfg.OpenNebula.Endpoint, cfg.OpenNebula.AuthFile, time.Duration(cfg.Timeouts.Oned))
+	if err != nil {
+		return &configError{err}
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
+	defer cancel()
+	evs, err := client.ListEvents(ctx, o.vm, since)
+	if err != nil {
+		return fmt.Errorf("listing events: %w", err)
+	}
+	if o.json {
+		if evs == nil {
+			evs = []events.Event{}
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(evs)
+	}
+	if len(evs) == 0 {
+		fmt.Fprintln(stdout, "no collision events")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tVM\tHOST\tIMAGE\tCLIENT\tADDRESS\tCOOKIE\tACTION\tEXPIRES\tSOURCE")
+	for _, ev := range evs {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", fmtTime(ev.Time), ev.VM, cell(ev.Host), cell(ev.Image),
+			cell(ev.Client), cell(ev.Address), cell(ev.Cookie), cell(ev.Action), fmtTime(ev.Expire), cell(ev.Source))
+	}
+	return tw.Flush()
+}
+
+// runEventsFlush delivers the spooled events to oned, oldest first.
+func runEventsFlush(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("events flush", flag.ContinueOnError)
+	configPath := fs.String("config", "", "config file (default $RBDFENCE_CONFIG or "+config.DefaultPath+")")
+	asJSON := fs.Bool("json", false, "print the result as JSON on stdout")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*configPath)
+	if err != nil {
+		return err
+	}
+	spool, err := events.OpenSpool(cfg.SpoolDir)
+	if err != nil {
+		return fmt.Errorf("events flush: %w", err)
+	}
+	client, err := opennebula.New(cfg.OpenNebula.Endpoint, cfg.OpenNebula.AuthFile, time.Duration(cfg.Timeouts.Oned))
+	if err != nil {
+		return &configError{err}
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
+	defer cancel()
+	sent, ferr := spool.Flush(ctx, client)
+	pending, perr := spool.Pending()
+	if *asJSON {
+		_ = json.NewEncoder(stdout).Encode(map[string]any{"delivered": sent, "pending": len(pending), "spool": spool.Dir()})
+	} else {
+		fmt.Fprintf(stdout, "delivered %d event(s); %d still pending in %s\n", sent, len(pending), spool.Dir())
+	}
+	if ferr != nil {
+		return fmt.Errorf("events flush: %w", ferr)
+	}
+	return perr
+}
+
+// loadConfig reads the config for verbs that need no Ceph flags.
+func loadConfig(flagValue string) (*config.Config, error) {
+	path := config.Path(flagValue)
+	cfg, err := config.Load(path, flagValue != "" || path != config.DefaultPath)
+	if err != nil {
+		return nil, &configError{err}
+	}
+	return cfg, nil
+}
+
+// parseSince reads --since: "" (no bound), an RFC 3339 time, a date
+// (YYYY-MM-DD, UTC) or an age ("90m", "24h", "7d") before now.
+func parseSince(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse("2006-01-02", s); err == nil {
+		return t, nil
+	}
+	if _, err := strconv.Atoi(s); err == nil {
+		return time.Time{}, errors.New("a bare number is ambiguous: give a unit (e.g. 24h, 7d) or a time")
+	}
+	d, err := config.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time, YYYY-MM-DD or an age like 24h or 7d", s)
+	}
+	return now.Add(-d), nil
+}
+
+// cell is one table cell: "-" for nothing, one line otherwise.
+func cell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return events.OneLine(s)
+}
