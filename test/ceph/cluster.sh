@@ -2,6 +2,7 @@
 # One-node Ceph test cluster for rbdfence tests (Ceph 16 / Pacific).
 #
 #   test/ceph/cluster.sh start|stop|status|env [--dir DIR] [--addr IP] [--port PORT]
+#   test/ceph/cluster.sh pause|resume mon|mgr|osd [--dir DIR ...]   (fault tests)
 #
 # One mon, one mgr, one memstore OSD, cephx on, everything running as the
 # calling user (root) with data, pid files, sockets and logs under DIR only:
@@ -66,14 +67,20 @@ die() {
 	exit 1
 }
 usage() {
-	printf 'usage: %s start|stop|status|env [--dir DIR] [--addr IP] [--port PORT]\n' "$PROG" >&2
+	printf 'usage: %s start|stop|status|env|pause NAME|resume NAME [--dir DIR] [--addr IP] [--port PORT]\n' "$PROG" >&2
 	exit 2
 }
 
 CMD=${1:-}
 [ $# -gt 0 ] && shift
+ARG=
 case "$CMD" in
 start | stop | status | env) ;;
+pause | resume)
+	# fault tests: SIGSTOP/SIGCONT one daemon (mon, mgr, osd)
+	ARG=${1:-}
+	[ $# -gt 0 ] && shift
+	;;
 -h | --help | help) usage ;;
 *) usage ;;
 esac
@@ -473,7 +480,25 @@ bootstrap() {
 	log "ceph test cluster up in $((SECONDS - t0))s (mon $MON_HOST, dir $DIR)"
 }
 
+# signal_daemon NAME SIG: send SIG to our daemon NAME (mon, mgr, osd).
+signal_daemon() {
+	local name=$1 sig=$2 pid
+	case "$name" in mon | mgr | osd) ;; *) die "pause/resume: want mon, mgr or osd, got '$name'" ;; esac
+	pid=$(cat "$RUN/$name.pid" 2>/dev/null || true)
+	is_ours "$pid" || die "ceph-$name of $DIR is not running"
+	kill "-$sig" "$pid"
+	log "sent SIG$sig to ceph-$name (pid $pid)"
+}
+
 case "$CMD" in
+pause)
+	check_params
+	signal_daemon "${ARG:-}" STOP
+	;;
+resume)
+	check_params
+	signal_daemon "${ARG:-}" CONT
+	;;
 env)
 	check_params
 	print_env
