@@ -18,6 +18,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/events"
 	"github.com/rbdfence/rbdfence/internal/hook"
 	"github.com/rbdfence/rbdfence/internal/opennebula"
 	"github.com/rbdfence/rbdfence/test/libvirt"
@@ -92,6 +93,41 @@ func TestHookFencesZombie(t *testing.T) {
 	ut, _ := e.sim.UserTemplate(id)
 	if n, _ := ut.Single(opennebula.AttrCollisions); n != "1" {
 		t.Fatalf("%s = %q, want 1", opennebula.AttrCollisions, n)
+	}
+}
+
+// TestHookSpoolsWhenOnedDown: oned does not answer; the start still
+// happens (within timeouts.oned) and the collision event is kept in the
+// durable spool, to be sent later.
+func TestHookSpoolsWhenOnedDown(t *testing.T) {
+	e := newEnv(t, "")
+	id := vmID(7)
+	e.removeClaimAtCleanup(id)
+	if err := e.sim.Put(onedsim.VM{ID: id, Host: hostName, Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sim.SetDown(true); err != nil {
+		t.Fatal(err)
+	}
+	image := e.ceph.NewImage(t, "hooktest-spool")
+	disk := e.disk(image, false)
+	zombie, _ := libvirttest.Create(t, e.xml(plainName("spool-zombie"), disk))
+	zombieWrites(t, zombie, 0xaa)
+	zaddr := e.waitWatchers(image, 1)[0]
+
+	_, took := libvirttest.Create(t, e.xml(oneName(id), disk))
+	t.Logf("started in %s with oned down", took.Round(time.Millisecond))
+	zombieFenced(t, zombie)
+	sp, err := events.OpenSpool(filepath.Join(e.dir, "spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, err := sp.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) != 1 || pending[0].VM != id || pending[0].Address != zaddr || pending[0].Source != "hook" {
+		t.Fatalf("spool: %+v; want the event of fencing %s for VM %d", pending, zaddr, id)
 	}
 }
 
