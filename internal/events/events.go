@@ -94,7 +94,10 @@ func (e Event) Validate() error {
 
 // Summary returns a one-line human description of the event, e.g.
 //
-//	2024-05-01T10:00:00Z vm 42 host node2: blocklist client.4235 10.0.0.5:0/3456 on one/one-7 (cookie "auto 9", expires 2024-05-08T10:00:00Z, by prestart)
+//	2024-05-01T10:00:00Z vm 42 host node2: blocklist client.4235 10.0.0.5:0/3456 on one/one-7 (cookie 'auto 9', expires 2024-05-08T10:00:00Z, by prestart)
+//
+// It contains no double quotes or backslashes of its own, so it can go into
+// an OpenNebula template value unchanged.
 func (e Event) Summary() string {
 	var b strings.Builder
 	b.WriteString(e.Time.UTC().Format(TimeFormat))
@@ -118,7 +121,7 @@ func (e Event) Summary() string {
 	}
 	var extra []string
 	if e.Cookie != "" {
-		extra = append(extra, fmt.Sprintf("cookie %q", OneLine(e.Cookie)))
+		extra = append(extra, "cookie '"+OneLine(e.Cookie)+"'")
 	}
 	if !e.Expire.IsZero() {
 		extra = append(extra, "expires "+e.Expire.UTC().Format(TimeFormat))

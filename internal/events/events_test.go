@@ -60,7 +60,7 @@ func TestSummary(t *testing.T) {
 		{
 			name: "full",
 			ev:   sample("ev1", 42, t0),
-			want: `2024-05-01T10:00:00Z vm 42 host node2: blocklist client.4235 10.0.0.5:0/3456789 on one/one-7 (cookie "auto 94823", expires 2024-05-08T10:00:00Z, by prestart)`,
+			want: `2024-05-01T10:00:00Z vm 42 host node2: blocklist client.4235 10.0.0.5:0/3456789 on one/one-7 (cookie 'auto 94823', expires 2024-05-08T10:00:00Z, by prestart)`,
 		},
 		{
 			name: "watcher without lock, no expiry",
