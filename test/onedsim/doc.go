@@ -1,0 +1,81 @@
+// Package onedsim is a stand-in for oned, OpenNebula's daemon, faithful
+// where rbdfence depends on it: the XML-RPC wire format of xmlrpc-c, oned's
+// answer arrays and error codes, VM documents shaped like OpenNebula 6.x
+// output, and the template parser and merge semantics of one.vm.update.
+// Tests drive it only through real clients (goca via internal/opennebula,
+// or the rbdfence binaries); it is not a mock of rbdfence's code.
+//
+// # XML-RPC (POST /RPC2)
+//
+// Every call's first parameter is the session "user:password"; a wrong one
+// is answered as oned does:
+//
+//	[false, "[one.vm.info] User couldn't be authenticated, aborting call.", 0x0100, -1, 0]
+//
+// Successful calls answer [true, body, 0] where body is a string (XML
+// document) or an int (object id); failures answer
+// [false, message, code, resp_id, replication index (i8)] with oned's codes:
+// AUTHENTICATION 0x0100, AUTHORIZATION 0x0200, NO_EXISTS 0x0400,
+// ACTION 0x0800, XML_RPC_API 0x1000, INTERNAL 0x2000, ALLOCATE 0x4000,
+// LOCKED 0x8000. Unknown methods and wrong parameter types get xmlrpc-c
+// faults (-506 "Method 'x' not defined", -501 type mismatch).
+//
+// Methods:
+//
+//	one.vm.info(session, id[, decrypt])         full <VM>, every HISTORY
+//	one.vm.update(session, id, template[, type]) 0 replace, 1 merge the USER_TEMPLATE
+//	one.vmpool.info(session, who, start, end[, state])         short <VM>s
+//	one.vmpool.infoextended(session, who, start, end[, state]) full <VM>s, last HISTORY
+//	one.system.version(session)
+//	one.user.info(session, id)
+//
+// one.vm.update parses the template as oned does (XML when it starts with
+// '<', else OpenNebula syntax: NAME = "value", NAME = [ A = "x", B = y ],
+// names upper-cased, the only escape \"); in merge mode every attribute
+// name present in the update first erases all attributes of that name
+// (Template::merge), so repeated vector attributes are replaced as a set.
+// Parse errors fail with INTERNAL "[one.vm.update] Cannot update template.
+// Parse error: ...". Short pool documents (one.vmpool.info) carry DISKs
+// without SOURCE or CEPH_* and a reduced user template, like
+// VirtualMachine::to_xml_short.
+//
+// # VMs
+//
+// Build them with VM{...}.XML() (Ceph disks by default: TYPE and DISK_TYPE
+// RBD, SOURCE pool/one-IMAGE_ID, CLONE YES unless Persistent, CEPH_* and
+// POOL_NAME as inherited from a Ceph datastore), or load oned output from
+// files (a <VM> or a <VM_POOL>).
+//
+// # In-process control
+//
+//	sim := onedsim.New("oneadmin:secret")
+//	sim.Put(onedsim.VM{ID: 42, Host: "node1", Seq: 3, Disks: []onedsim.Disk{{ID: 0, ImageID: 7}}})
+//	sim.Start("127.0.0.1:0"); defer sim.Close()
+//	sim.SetDelay(2 * time.Second)          // every call answers late
+//	sim.SetDown(true)                      // listener closed: connection refused
+//	sim.SetFailCalls("one.vm.update", 2)   // next 2 calls fail with INTERNAL
+//	sim.Updates(); sim.UserTemplate(42)
+//
+// # HTTP control API (for shell-driven tests)
+//
+// Served on /control/ next to /RPC2, and alone on the binary's
+// --control-listen address if given (that one stays up while /RPC2 is down).
+// Answers are JSON; errors are HTTP 400 with a one-line message.
+//
+//	POST /control/delay?d=1.5s                    delay every XML-RPC answer
+//	POST /control/down?v=true&for=3s              refuse connections for 3s
+//	POST /control/down?v=true|false               (only on --control-listen)
+//	POST /control/fail?method=one.vm.update&n=2[&code=0x0400][&msg=TEXT]
+//	POST /control/reset                           clear delay, failures, history; come up
+//	POST /control/vm            (body: <VM> or <VM_POOL> XML)  add or replace VMs
+//	GET  /control/vm?id=42                        the VM as one.vm.info returns it
+//	GET  /control/user_template?id=42[&format=text]
+//	GET  /control/updates                         one.vm.update history
+//	GET  /control/state                           delay, down, failures, call counts, VM ids
+//
+// The binary (test/onedsim/cmd/onedsim):
+//
+//	onedsim --listen 127.0.0.1:2633 --auth oneadmin:secret --vm vm42.xml [--vm more.xml] [--control-listen 127.0.0.1:2634]
+//
+// prints "onedsim: listening on http://ADDR/RPC2" once it accepts calls.
+package onedsim
