@@ -125,10 +125,11 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 	if err != nil {
 		return err
 	}
-	e.record(resp, op, e.local(pl))
 	if !resp.OK {
+		e.record(resp, op, e.local(pl))
 		return errorf(kindOf(resp.Kind), a.VM, "VM %d: rbdfence %s (%s -> %s) failed: %s", a.VM, op, a.Src, a.Dst, resp.Error)
 	}
+	defer e.record(resp, op, e.local(pl))
 	switch op {
 	case hoststep.OpPremigrate:
 		until := ""

@@ -138,6 +138,9 @@ func Prestart(ctx context.Context, e *Env, in StartInput) (*StartResult, error) 
 		return e.failOpen(res, err)
 	}
 	res.Response = resp
+	if resp.OK {
+		e.summarize(resp, in.VM)
+	}
 	e.record(resp, "prestart", e.local(anywhere))
 	if !resp.OK {
 		kind := kindOf(resp.Kind)
@@ -147,7 +150,6 @@ func Prestart(ctx context.Context, e *Env, in StartInput) (*StartResult, error) 
 		}
 		return e.failOpen(res, errorf(kind, in.VM, "%s", msg))
 	}
-	e.summarize(resp, in.VM)
 	return res, nil
 }
 

@@ -234,7 +234,7 @@ func (e *Env) hostStep(ctx context.Context, host string, req *hoststep.Request, 
 		where = "the front-end (opennebula.remote: local)"
 	} else {
 		var err error
-		argv, err = e.sshArgv(host, []string{e.Cfg.OpenNebula.HostBinary, "host", "--config", e.Cfg.OpenNebula.HostConfig})
+		argv, err = e.sshArgv(host, e.hostCommand())
 		if err != nil {
 			return nil, errorf(KindUsage, req.VM, "VM %d: %v", req.VM, err)
 		}
@@ -267,6 +267,18 @@ func (e *Env) hostStep(ctx context.Context, host string, req *hoststep.Request, 
 			req.VM, argv0(e, pl), where, code, orDash(why))
 	}
 	return nil, errorf(KindUnavailable, req.VM, "VM %d: the %s step on %s gave no valid answer (exit %d): %s", req.VM, req.Op, where, code, orDash(why))
+}
+
+// hostCommand is the host step's command line on a host. The default
+// host_config is not passed: the host then reads /etc/one/rbdfence.yaml
+// when present and uses the built-in defaults (Ceph access from the VM's
+// disks) otherwise, as the libvirt hook does.
+func (e *Env) hostCommand() []string {
+	argv := []string{e.Cfg.OpenNebula.HostBinary, "host"}
+	if c := e.Cfg.OpenNebula.HostConfig; c != config.DefaultPath {
+		argv = append(argv, "--config", c)
+	}
+	return argv
 }
 
 func argv0(e *Env, pl placement) string {

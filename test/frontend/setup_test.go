@@ -1,0 +1,451 @@
+// Package frontend_test runs the OpenNebula front-end drivers through their
+// real contracts: installed by packaging/install-frontend.sh into a prefix
+// tree, run as oned runs them (argv, base64 stdin, exit code), talking to
+// the oned stand-in only through goca, reaching two test hosts (network
+// namespaces with their own addresses) over a real sshd, where the real
+// host binary works on the real Ceph test cluster. Zombies are real librbd
+// clients on those hosts. Nothing here skips.
+package frontend_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/test/onedsim"
+	"github.com/rbdfence/rbdfence/test/testenv"
+)
+
+const (
+	oneAuth  = "oneadmin:opennebula"
+	deployID = "0b5a7d1e-6c1f-4f0e-9c3e-5e1f2a3b4c5d"
+)
+
+// fe is one front-end under test: an installed prefix tree, its config, the
+// oned stand-in, the test hosts and the Ceph cluster they reach.
+type fe struct {
+	t       *testing.T
+	hs      *testenv.Hosts
+	ceph    *testenv.Ceph
+	sim     *onedsim.Sim
+	dir     string // scratch: configs, logs, recordings
+	prefix  string // the installed front-end tree
+	remotes string // prefix/var/lib/one/remotes
+	cfgPath string
+	extra   string // extra YAML appended to the front-end config
+}
+
+var vmSeq struct {
+	sync.Mutex
+	next int
+}
+
+// newVMID returns a VM id no earlier run used (claims live in the pool).
+func newVMID() int {
+	vmSeq.Lock()
+	defer vmSeq.Unlock()
+	if vmSeq.next == 0 {
+		vmSeq.next = 100000 + rand.IntN(800000)*10
+	}
+	vmSeq.next++
+	return vmSeq.next
+}
+
+// setup brings up the hosts, the cluster on their bridge and an oned
+// stand-in, and installs the front-end into a fresh prefix tree.
+func setup(t *testing.T) *fe {
+	t.Helper()
+	f := &fe{t: t, hs: testenv.StartHosts(t), dir: t.TempDir()}
+	f.ceph = testenv.StartCephNet(t)
+	f.sim = onedsim.New(oneAuth)
+	if err := f.sim.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.sim.Close() })
+	f.install()
+	f.hostStandIns()
+	f.writeConfig()
+	return f
+}
+
+func (f *fe) path(elem ...string) string { return filepath.Join(append([]string{f.dir}, elem...)...) }
+
+func (f *fe) write(p, body string, mode os.FileMode) {
+	f.t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(body), mode); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// upstreamTM is a stand-in for an original Ceph TM script: it records how
+// it was called, finds itself through $0 as OpenNebula's scripts do, and
+// exits with the code in its .code file (default 0).
+func upstreamTM(dir, op string) string {
+	return fmt.Sprintf(`#!/bin/bash
+DRIVER_PATH=$(dirname $0)
+n=$(date +%%s%%N)
+mkdir -p %[1]s
+echo "$0" > %[1]s/%[2]s-$n.argv0
+echo "${DRIVER_PATH##*/}/${0##*/}" > %[1]s/%[2]s-$n.self
+printf '%%s\n' "$@" > %[1]s/%[2]s-$n.args
+cat > %[1]s/%[2]s-$n.stdin
+echo "upstream %[2]s done"
+exit $(cat %[1]s/%[2]s.code 2>/dev/null || echo 0)
+`, dir, op)
+}
+
+// install makes a front-end tree with the Ceph TM's scripts (stand-ins)
+// and a stock oned.conf, then runs install.sh frontend --apply into it.
+func (f *fe) install() {
+	f.t.Helper()
+	f.prefix = f.path("root")
+	f.remotes = filepath.Join(f.prefix, "var/lib/one/remotes")
+	for _, op := range []string{"premigrate", "postmigrate", "failmigrate"} {
+		f.write(filepath.Join(f.remotes, "tm/ceph", op), upstreamTM(f.path("tm-calls"), op), 0o755)
+	}
+	if err := os.MkdirAll(filepath.Join(f.remotes, "vmm/kvm"), 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+	f.write(filepath.Join(f.prefix, "etc/one/oned.conf"), onedConf(`"-t 15 -r 0 kvm -p"`), 0o640)
+	r := runInstall(f.t, f.prefix, "--apply")
+	if r.code != 0 {
+		f.t.Fatalf("install.sh frontend --apply: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// hostStandIns writes the remote deploy/restore stand-ins, found on the
+// hosts under opennebula.remote_dir (hosts share the file system). deploy
+// records its args, stdin and the addresses of the host it ran on, starts
+// a librbd client as the "new QEMU" on the image in STARTS (if any), and
+// prints its DEPLOY_ID as the real one does.
+func (f *fe) hostStandIns() {
+	f.t.Helper()
+	rec := f.path("remote-calls")
+	zombie := testenv.Bin(f.t, "zombie")
+	f.write(f.path("hostremotes/vmm/kvm/deploy"), fmt.Sprintf(`#!/bin/bash
+n=$(date +%%s%%N)
+mkdir -p %[1]s
+printf '%%s\n' "$@" > %[1]s/deploy-$n.args
+cat > %[1]s/deploy-$n.stdin
+ip -4 -o addr show > %[1]s/deploy-$n.where
+if [ -s %[1]s/starts ]; then
+	img=$(cat %[1]s/starts)
+	setsid %[2]s --mon %[3]s --id %[4]s --keyring %[5]s --image "$img" --mode idle </dev/null >%[1]s/qemu-$n.out 2>&1 &
+	echo $! >> %[1]s/qemu.pids
+	for i in $(seq 300); do grep -qs '"ready"' %[1]s/qemu-$n.out && break; sleep 0.1; done
+fi
+if [ -f %[1]s/deploy.fail ]; then echo "ERROR MESSAGE --8<------" >&2; echo "Could not create domain from $1" >&2; echo "ERROR MESSAGE ------>8--" >&2; exit 255; fi
+echo %[6]s
+`, rec, zombie, f.ceph.Mon, f.ceph.User, f.ceph.Keyring, deployID), 0o755)
+	f.write(f.path("hostremotes/vmm/kvm/restore"), fmt.Sprintf(`#!/bin/bash
+n=$(date +%%s%%N)
+mkdir -p %[1]s
+printf '%%s\n' "$@" > %[1]s/restore-$n.args
+cat > %[1]s/restore-$n.stdin
+ip -4 -o addr show > %[1]s/restore-$n.where
+`, rec), 0o755)
+	f.t.Cleanup(func() {
+		b, _ := os.ReadFile(filepath.Join(rec, "qemu.pids"))
+		for _, p := range strings.Fields(string(b)) {
+			_ = exec.Command("kill", p).Run()
+		}
+	})
+	// ssh as the drivers run it, with every call logged.
+	f.write(f.path("ssh"), fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %s\nexec ssh -F %s \"$@\"\n", f.path("ssh.log"), f.hs.SSHConfig), 0o755)
+	f.write(f.path("one_auth"), oneAuth+"\n", 0o600)
+}
+
+// writeConfig writes the front-end config (and the host config the host
+// binary reads on the hosts); f.extra is appended to the front-end one.
+func (f *fe) writeConfig() {
+	f.t.Helper()
+	f.write(f.path("host.yaml"), fmt.Sprintf(`ceph:
+  mon_host: %s
+  user: %s
+  keyring: %s
+timeouts:
+  connect: 5s
+  ceph_op: 10s
+  total: 60s
+fence:
+  expire: 2h
+audit_log: %s
+spool_dir: %s
+state_dir: %s
+`, f.ceph.Mon, f.ceph.User, f.ceph.Keyring, f.path("host-audit.log"), f.path("host-spool"), f.path("host-state")), 0o644)
+	f.cfgPath = f.path("rbdfence.yaml")
+	f.write(f.cfgPath, fmt.Sprintf(`opennebula:
+  endpoint: %s
+  auth_file: %s
+  remote: ssh
+  ssh: %s
+  host_binary: %s
+  host_config: %s
+  remote_dir: %s
+timeouts:
+  connect: 5s
+  ceph_op: 10s
+  oned: 3s
+  ssh: 60s
+  total: 90s
+audit_log: %s
+spool_dir: %s
+%s`, f.sim.URL(), f.path("one_auth"), f.path("ssh"), filepath.Join(f.remotes, "rbdfence/rbdfence-host"), f.path("host.yaml"),
+		f.path("hostremotes"), f.path("frontend-audit.log"), f.path("spool"), f.extra), 0o644)
+}
+
+// result is one driver run.
+type result struct {
+	code           int
+	stdout, stderr string
+	took           time.Duration
+}
+
+// plainLines returns the stderr lines oned would show as the VM's ERROR.
+func (r result) plainLines() []string {
+	var out []string
+	for _, l := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+		if l != "" && !strings.HasPrefix(l, "INFO:") && !strings.HasPrefix(l, "ERROR:") && !strings.HasPrefix(l, "DEBUG:") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// run runs an installed driver as oned does: argv, stdin, RBDFENCE_CONFIG.
+func (f *fe) run(prog string, stdin string, args ...string) result {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.Env = append(os.Environ(), "RBDFENCE_CONFIG="+f.cfgPath)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String(), took: time.Since(start)}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		f.t.Fatalf("%s %v: %v", prog, args, err)
+	}
+	if strings.Contains(r.stderr, "panic") || strings.Contains(r.stderr, "goroutine ") {
+		f.t.Fatalf("%s %v panicked:\n%s", prog, args, r.stderr)
+	}
+	return r
+}
+
+func (f *fe) vmm(name string) string { return filepath.Join(f.remotes, "vmm/kvm", name) }
+func (f *fe) tm(name string) string  { return filepath.Join(f.remotes, "tm/ceph", name) }
+
+// diskSpec is one DISK of a test VM and the image it opens.
+type diskSpec struct {
+	kind  string // persistent, clone, volatile, shareable
+	image string // pool/name QEMU opens
+	disk  onedsim.Disk
+}
+
+// newVM creates the images of a VM with the given disk kinds in the test
+// pool and registers the VM in oned (placed on host at seq).
+func (f *fe) newVM(host string, seq int, kinds ...string) (int, []diskSpec) {
+	f.t.Helper()
+	vm := newVMID()
+	var specs []diskSpec
+	for i, k := range kinds {
+		d := onedsim.Disk{ID: i, ImageID: vm*10 + i, CephHost: f.ceph.Mon, CephKey: f.ceph.Keyring}
+		var img string
+		switch k {
+		case "persistent":
+			d.Persistent = true
+			img = fmt.Sprintf("one/one-%d", d.ImageID)
+		case "clone":
+			img = fmt.Sprintf("one/one-%d-%d-%d", d.ImageID, vm, i)
+		case "volatile":
+			d.Volatile = true
+			img = fmt.Sprintf("one/one-sys-%d-%d", vm, i)
+		case "shareable":
+			d.Shareable = true
+			img = fmt.Sprintf("one/one-%d", d.ImageID)
+		default:
+			f.t.Fatalf("disk kind %q", k)
+		}
+		f.createImage(img)
+		specs = append(specs, diskSpec{kind: k, image: img, disk: d})
+	}
+	var disks []onedsim.Disk
+	for _, s := range specs {
+		disks = append(disks, s.disk)
+	}
+	if err := f.sim.Put(onedsim.VM{ID: vm, Host: host, HostID: 1, Seq: seq, State: onedsim.StateActive, LCMState: onedsim.LCMBoot, Disks: disks}); err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = exec.CommandContext(ctx, "rados", "-c", f.ceph.AdminConf, "-p", "one", "rm", engine.ClaimObject(vm)).Run()
+	})
+	return vm, specs
+}
+
+func (f *fe) createImage(spec string) {
+	f.t.Helper()
+	f.ceph.Admin(f.t, "rbd", "create", spec, "--size", "64M")
+	f.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = exec.CommandContext(ctx, "rbd", "-c", f.ceph.AdminConf, "rm", "--no-progress", spec).Run()
+	})
+}
+
+// vmXML64 is the VM document oned hands TM scripts: base64 of one.vm.info.
+func (f *fe) vmXML64(vm int) string {
+	f.t.Helper()
+	doc, ok := f.sim.VMXML(vm)
+	if !ok {
+		f.t.Fatalf("VM %d not in oned", vm)
+	}
+	return base64.StdEncoding.EncodeToString([]byte(doc))
+}
+
+// domainXML is a deployment file as OpenNebula's KVM driver writes it.
+func domainXML(vm int, sysDir string, specs []diskSpec, mon string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "<domain type='kvm' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>\n\t<name>one-%d</name>\n\t<vcpu>1</vcpu>\n\t<memory>1048576</memory>\n\t<devices>\n", vm)
+	host, port, _ := strings.Cut(mon, ":")
+	for i, s := range specs {
+		fmt.Fprintf(&b, "\t\t<disk type='network' device='disk'>\n\t\t\t<source protocol='rbd' name='%s'>\n\t\t\t\t<host name='%s' port='%s'/>\n\t\t\t</source>\n", s.image, host, port)
+		b.WriteString("\t\t\t<auth username='libvirt'>\n\t\t\t\t<secret type='ceph' uuid='8271ce8a-385d-44d7-a228-c42de4259c5e'/>\n\t\t\t</auth>\n")
+		fmt.Fprintf(&b, "\t\t\t<target dev='vd%c' bus='virtio'/>\n", 'a'+i)
+		if s.kind == "shareable" {
+			b.WriteString("\t\t\t<shareable/>\n")
+		}
+		b.WriteString("\t\t</disk>\n")
+	}
+	fmt.Fprintf(&b, "\t</devices>\n\t<metadata>\n\t\t<one:vm xmlns:one=\"http://opennebula.org/xmlns/libvirt/1.0\">\n\t\t\t<one:system_datastore><![CDATA[%s]]></one:system_datastore>\n\t\t\t<one:name><![CDATA[vm-%d]]></one:name>\n\t\t</one:vm>\n\t</metadata>\n</domain>\n", sysDir, vm)
+	return b.String()
+}
+
+// deployFiles writes the local deployment file (and vm.xml, ds.xml next to
+// it, as oned does for a local deploy action) and returns its path and the
+// domain XML.
+func (f *fe) deployFiles(vm, seq int, specs []diskSpec) (local, sysDir, domain string) {
+	f.t.Helper()
+	sysDir = f.path("datastores", "0", fmt.Sprint(vm))
+	domain = domainXML(vm, sysDir, specs, f.ceph.Mon)
+	local = filepath.Join(f.prefix, "var/lib/one/vms", fmt.Sprint(vm), fmt.Sprintf("deployment.%d", seq))
+	f.write(local, domain, 0o644)
+	f.write(filepath.Join(filepath.Dir(local), "vm.xml"), fmt.Sprintf("<VM><ID>%d</ID></VM>", vm), 0o644)
+	f.write(filepath.Join(filepath.Dir(local), "ds.xml"), "<DATASTORE><ID>0</ID></DATASTORE>", 0o644)
+	return local, sysDir, domain
+}
+
+// calls returns the recordings of a remote stand-in ("deploy", "restore"),
+// oldest first, as base name without extension.
+func (f *fe) calls(kind string) []string {
+	m, _ := filepath.Glob(filepath.Join(f.path("remote-calls"), kind+"-*.args"))
+	for i := range m {
+		m[i] = strings.TrimSuffix(m[i], ".args")
+	}
+	return m
+}
+
+func (f *fe) tmCalls(op string) []string {
+	m, _ := filepath.Glob(filepath.Join(f.path("tm-calls"), op+"-*.args"))
+	for i := range m {
+		m[i] = strings.TrimSuffix(m[i], ".args")
+	}
+	return m
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// claim reads VM vm's claim object as the admin.
+func (f *fe) claim(vm int) engine.Claim {
+	f.t.Helper()
+	out := f.ceph.Admin(f.t, "rados", "-p", "one", "get", engine.ClaimObject(vm), "/dev/stdout")
+	var c engine.Claim
+	if err := json.Unmarshal([]byte(out), &c); err != nil {
+		f.t.Fatalf("claim of VM %d: %v: %q", vm, err, out)
+	}
+	return c
+}
+
+// sshCalls counts the ssh invocations the drivers made.
+func (f *fe) sshCalls() []string {
+	b, _ := os.ReadFile(f.path("ssh.log"))
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// runInstall runs install.sh frontend with the built binaries.
+func runInstall(t *testing.T, prefix string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(testenv.Root(), "install.sh"), "frontend", "--prefix", prefix}, args...)...)
+	cmd.Env = append(os.Environ(), "RBDFENCE_BIN="+filepath.Dir(testenv.Bin(t, "rbdfence")))
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// onedConf is a stock oned.conf excerpt with the kvm VM_MAD ARGUMENTS args.
+func onedConf(args string) string {
+	return `# oned.conf (excerpt)
+DATASTORE_LOCATION = /var/lib/one/datastores
+
+#VM_MAD = [
+#    NAME           = "kvm",
+#    ARGUMENTS      = "-t 15 -r 0 kvm",
+#]
+
+VM_MAD = [
+    NAME           = "kvm",
+    SUNSTONE_NAME  = "KVM",
+    EXECUTABLE     = "one_vmm_exec",
+    ARGUMENTS      = ` + args + `,
+    DEFAULT        = "vmm_exec/vmm_exec_kvm.conf",
+    TYPE           = "kvm",
+    KEEP_SNAPSHOTS = "yes"
+]
+
+VM_MAD = [
+    NAME           = "lxc",
+    EXECUTABLE     = "one_vmm_exec",
+    ARGUMENTS      = "-t 15 -r 0 lxc -l deploy=deploy_lxc",
+    TYPE           = "xml"
+]
+`
+}
