@@ -244,6 +244,10 @@ func (e *Env) recordInstance(ctx context.Context, res *StartResult) {
 	if res == nil || res.Skipped || res.VM == nil || len(res.VM.Disks) == 0 {
 		return
 	}
+	if res.FailedOpen {
+		e.Log.Error("VM %d started without the check (fence.fail_open): its client addresses are not recorded", res.VM.ID)
+		return
+	}
 	req := &hoststep.Request{Op: hoststep.OpRecord, VM: res.VM.ID, Seq: res.Seq, Host: res.Host, Run: res.Run,
 		Source: engine.SourceFrontend, Disks: res.VM.Disks}
 	resp, err := e.hostStep(ctx, res.Host, req, onHost)
