@@ -318,7 +318,7 @@ func splitMonitor(f string) (host, port string, err error) {
 			port = DefaultCephPort
 		}
 	}
-	if host == "" || strings.ContainsAny(host, "/@,;") {
+	if ip := net.ParseIP(host); ip == nil && !validHostname(host) {
 		return "", "", fmt.Errorf("monitor %q: bad host", clip(f))
 	}
 	p, perr := strconv.Atoi(port)
@@ -326,6 +326,20 @@ func splitMonitor(f string) (host, port string, err error) {
 		return "", "", fmt.Errorf("monitor %q: bad port %q", clip(f), clip(port))
 	}
 	return host, strconv.Itoa(p), nil
+}
+
+// validHostname accepts DNS names and IPv4 addresses: letters, digits,
+// '-', '.' and '_'.
+func validHostname(h string) bool {
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, r := range h {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // clip shortens s for error messages and keeps it on one line.

@@ -165,6 +165,8 @@ func TestDiskRules(t *testing.T) {
 		{name: "IPv4 in brackets", disk: rbd(map[string]string{"CEPH_HOST": "[10.0.0.1]:6789"}), wantErr: "not an IPv6"},
 		{name: "messenger prefix", disk: rbd(map[string]string{"CEPH_HOST": "v2:10.0.0.1:3300"}), wantErr: "IPv6 in brackets"},
 		{name: "empty host", disk: rbd(map[string]string{"CEPH_HOST": ":6789"}), wantErr: "bad host"},
+		{name: "bracket in host", disk: rbd(map[string]string{"CEPH_HOST": "]0"}), wantErr: "bad host"},
+		{name: "user in host", disk: rbd(map[string]string{"CEPH_HOST": "a@b:1"}), wantErr: "bad host"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -87,8 +87,8 @@ type Disk struct {
 	CephSecret string // CEPH_SECRET, default a fixed UUID
 	CephKey    string // CEPH_KEY, written when set
 	CephConf   string // CEPH_CONF, written when set
-	// DatastoreID/Datastore default to 100/"ceph-images" (2/"ceph-system"
-	// for volatile disks).
+	// DatastoreID/Datastore default to 100/"ceph-images" (the VM's system
+	// datastore and "ceph-system" for volatile disks).
 	DatastoreID int
 	Datastore   string
 	TMMad       string // TM_MAD, default "ceph"
@@ -164,7 +164,7 @@ func (v VM) XML() string {
 	}})
 	t.add(Attribute{Name: "CPU", Value: "1"})
 	for _, d := range v.Disks {
-		t.add(Attribute{Name: "DISK", Vector: d.attrs(tms)})
+		t.add(Attribute{Name: "DISK", Vector: d.attrs(tms, v.SystemDSID)})
 	}
 	t.add(Attribute{Name: "GRAPHICS", Vector: map[string]string{"LISTEN": "0.0.0.0", "PORT": strconv.Itoa(5900 + v.ID), "TYPE": "VNC"}})
 	t.add(Attribute{Name: "MEMORY", Value: "1024"})
@@ -231,7 +231,7 @@ func (h History) write(b *strings.Builder, oid, uid, gid int, tms string, stime 
 }
 
 // attrs returns the DISK vector as oned writes it.
-func (d Disk) attrs(vmTMMadSystem string) map[string]string {
+func (d Disk) attrs(vmTMMadSystem string, systemDS int) map[string]string {
 	pool := d.Pool
 	if pool == "" {
 		pool = "one"
@@ -287,7 +287,7 @@ func (d Disk) attrs(vmTMMadSystem string) map[string]string {
 	dsID, ds := d.DatastoreID, d.Datastore
 	if d.Volatile {
 		if dsID == 0 {
-			dsID = 2
+			dsID = systemDS
 		}
 		if ds == "" {
 			ds = "ceph-system"
