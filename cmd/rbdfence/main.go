@@ -37,6 +37,7 @@ verbs:
   events flush                      deliver the spooled events to oned
   blocklist ls [--all]              blocklist entries rbdfence added (VM, image, expiry, time left)
   unfence ADDRESS | --vm ID [--yes] remove our blocklist entries (needs the blocklistop=rm cap)
+  doctor [--role auto|host|frontend|all] [--root DIR]  check config, Ceph caps, hook, wrappers, VM_MAD, oned
   version                           print the version
 
 common flags: --config FILE (or $RBDFENCE_CONFIG; default /etc/one/rbdfence.yaml)
@@ -83,6 +84,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runBlocklist(ctx, args[1:], stdout, stderr)
 	case "unfence":
 		err = runUnfence(ctx, args[1:], stdin, stdout, stderr)
+	case "doctor":
+		err = runDoctor(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "rbdfence", version)
 	case "help", "-h", "--help":

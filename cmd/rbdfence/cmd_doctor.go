@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/doctor"
+	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/fencer"
+	"github.com/rbdfence/rbdfence/internal/vmdisk"
+)
+
+// cephProbe is the real Ceph side of the doctor's checks.
+type cephProbe struct {
+	s   *fencer.Session
+	cfg *config.Config
+}
+
+func (p cephProbe) Describe() string {
+	mons := p.cfg.Ceph.MonHost
+	if mons == "" {
+		mons = "the monitors in " + p.cfg.Ceph.Conf
+	}
+	return fmt.Sprintf("%s as client.%s", mons, p.cfg.Ceph.User)
+}
+
+func (p cephProbe) ReadProbe(ctx context.Context, pool string) error {
+	_, _, err := p.s.Cluster.ReadObject(ctx, pool, "rbdfence.doctor.probe")
+	if err == nil || errors.Is(err, engine.ErrObjectNotFound) {
+		return nil
+	}
+	return fmt.Errorf("reading pool %s: %v", pool, err)
+}
+
+func (p cephProbe) CanBlocklist(ctx context.Context) error { return p.s.Cluster.CanBlocklist(ctx) }
+func (p cephProbe) Close()                                 { p.s.Close() }
+
+var errDoctor = errors.New("doctor found problems")
+
+// runDoctor checks config, Ceph access and caps, the installed hook and
+// wrappers, the VM_MAD setting and oned; one line per check.
+func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	root := fs.String("root", "/", "filesystem root of the installation (for packaging checks)")
+	role := fs.String("role", "auto", "what to check: auto, host, frontend or all")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	o := doctor.Options{Root: *root, ConfigPath: config.Path(c.configPath)}
+	switch *role {
+	case "auto":
+		o.Frontend, o.Host = doctor.Roles(*root)
+	case "host":
+		o.Host = true
+	case "frontend":
+		o.Frontend = true
+	case "all":
+		o.Frontend, o.Host = true, true
+	default:
+		return usagef("doctor: --role must be auto, host, frontend or all")
+	}
+	cfg, err := c.load()
+	if err != nil {
+		o.ConfigErr = err
+	} else {
+		o.Config = cfg
+		o.Connect = func(ctx context.Context, cfg *config.Config) (doctor.Ceph, error) {
+			opts, err := fencer.EngineOptions(cfg)
+			if err != nil {
+				return nil, err
+			}
+			s, err := fencer.Open(ctx, fencer.Access(cfg, vmdisk.Disk{}), opts)
+			if err != nil {
+				return nil, err
+			}
+			return cephProbe{s: s, cfg: cfg}, nil
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = bounded(ctx, cfg)
+		defer cancel()
+	}
+	results := doctor.Run(ctx, o)
+	failed := 0
+	for _, r := range results {
+		if !r.OK {
+			failed++
+		}
+	}
+	if c.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(results); err != nil {
+			return err
+		}
+	} else {
+		for _, r := range results {
+			if r.OK {
+				fmt.Fprintf(stdout, "PASS  %-15s %s\n", r.Check, r.Detail)
+			} else {
+				fmt.Fprintf(stdout, "FAIL  %-15s %s; fix: %s\n", r.Check, r.Detail, r.Fix)
+			}
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%w: %d of %d checks failed", errDoctor, failed, len(results))
+	}
+	return nil
+}

@@ -1,0 +1,215 @@
+// Package doctor checks an rbdfence installation, one line per check, each
+// failure with the fix. The checks that need Ceph take a connector so that
+// this package stays free of cgo; cmd/rbdfence passes the real one.
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/opennebula"
+)
+
+// Result is one check.
+type Result struct {
+	Check  string `json:"check"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+// Ceph is what the Ceph checks need from a live connection.
+type Ceph interface {
+	// Describe says where we are connected, e.g. "127.0.0.1:6789 as client.libvirt".
+	Describe() string
+	// ReadProbe reads a (usually missing) object in pool: a permission error fails.
+	ReadProbe(ctx context.Context, pool string) error
+	// CanBlocklist verifies the blocklist cap without adding an entry.
+	CanBlocklist(ctx context.Context) error
+	Close()
+}
+
+// Options select what is checked.
+type Options struct {
+	Root       string // filesystem root for installed files ("" = /)
+	ConfigPath string
+	Config     *config.Config
+	ConfigErr  error
+	Frontend   bool
+	Host       bool
+	// Connect opens the Ceph connection (nil: skip the Ceph checks).
+	Connect func(ctx context.Context, cfg *config.Config) (Ceph, error)
+}
+
+// Roles guesses the roles of this machine from what is installed under root.
+func Roles(root string) (frontend, host bool) {
+	_, errF := os.Stat(filepath.Join(root, "var/lib/one/remotes"))
+	_, errH := os.Stat(filepath.Join(root, "etc/libvirt"))
+	return errF == nil, errH == nil
+}
+
+// Run performs every selected check.
+func Run(ctx context.Context, o Options) []Result {
+	var out []Result
+	add := func(check string, err error, okDetail, fix string) {
+		r := Result{Check: check, OK: err == nil, Detail: okDetail}
+		if err != nil {
+			r.Detail, r.Fix = oneLine(err.Error()), fix
+		}
+		out = append(out, r)
+	}
+	if o.ConfigErr != nil {
+		add("config", o.ConfigErr, "", "correct the key named in the message (README: configuration reference)")
+		return out
+	}
+	add("config", nil, o.ConfigPath+" is valid", "")
+	cfg := o.Config
+	if o.Connect != nil {
+		c, err := o.Connect(ctx, cfg)
+		add("ceph", err, "", "check ceph.mon_host (or the disks' CEPH_HOST), ceph.user and ceph.keyring; the monitors must be reachable from here")
+		if err == nil {
+			defer c.Close()
+			out[len(out)-1].Detail = "connected to " + c.Describe()
+			pool := cfg.Ceph.ClaimPool
+			if pool == "" {
+				pool = "one"
+			}
+			add("ceph-read", c.ReadProbe(ctx, pool), "may read lockers, watchers and claims in pool "+pool,
+				fmt.Sprintf("grant osd 'profile rbd pool=%s' to client.%s", pool, cfg.Ceph.User))
+			add("ceph-blocklist", c.CanBlocklist(ctx), "may add exact blocklist entries (verified without adding one)",
+				fmt.Sprintf("grant mon 'profile rbd' to client.%s", cfg.Ceph.User))
+		}
+	}
+	if o.Host {
+		out = append(out, checkHook(o.Root))
+	}
+	if o.Frontend {
+		out = append(out, checkWrappers(o.Root)...)
+		out = append(out, checkVMMAD(o.Root))
+		out = append(out, checkOned(ctx, cfg))
+	}
+	return out
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func executable(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("%s is missing", path)
+	}
+	if st.IsDir() || st.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%s is not executable", path)
+	}
+	return nil
+}
+
+// checkHook: the qemu.d wrapper (libvirt >= 6.5) or the legacy chain, and the
+// binary it runs.
+func checkHook(root string) Result {
+	r := Result{Check: "libvirt-hook"}
+	fix := "run 'install.sh host' on this host (then restart libvirtd once if no qemu hook existed when it started)"
+	wrapper := filepath.Join(root, "etc/libvirt/hooks/qemu.d/10-rbdfence")
+	legacy := filepath.Join(root, "etc/libvirt/hooks/qemu")
+	path := wrapper
+	if err := executable(wrapper); err != nil {
+		if b, lerr := os.ReadFile(legacy); lerr == nil && strings.Contains(string(b), "rbdfence") {
+			path = legacy
+		} else {
+			r.Detail, r.Fix = err.Error(), fix
+			return r
+		}
+	}
+	if err := executable(path); err != nil {
+		r.Detail, r.Fix = err.Error(), fix
+		return r
+	}
+	b, _ := os.ReadFile(path)
+	bin := regexp.MustCompile(`(/[^\s'"]*rbdfence-hook)`).FindString(string(b))
+	if bin == "" {
+		r.Detail, r.Fix = path+" does not run rbdfence-hook", fix
+		return r
+	}
+	if !strings.HasPrefix(bin, filepath.Clean(root)+"/") {
+		bin = filepath.Join(root, bin) // installed with a --prefix: the path is already absolute
+	}
+	if err := executable(bin); err != nil {
+		r.Detail, r.Fix = err.Error(), fix
+		return r
+	}
+	r.OK, r.Detail = true, path+" runs "+bin
+	return r
+}
+
+// checkWrappers: the VMM local actions, the TM migrate wrappers with their
+// originals kept, and the host-side binary in remotes.
+func checkWrappers(root string) []Result {
+	remotes := filepath.Join(root, "var/lib/one/remotes")
+	fix := "run 'install.sh frontend' on the front-end, then 'onehost sync --force'"
+	var out []Result
+	check := func(name string, paths ...string) {
+		for _, p := range paths {
+			if err := executable(p); err != nil {
+				out = append(out, Result{Check: name, Detail: err.Error(), Fix: fix})
+				return
+			}
+		}
+		out = append(out, Result{Check: name, OK: true, Detail: "installed in " + filepath.Dir(paths[0])})
+	}
+	check("vmm-wrappers", filepath.Join(remotes, "vmm/kvm/deploy-rbdfence"), filepath.Join(remotes, "vmm/kvm/restore-rbdfence"))
+	var tm []string
+	for _, op := range []string{"premigrate", "postmigrate", "failmigrate"} {
+		tm = append(tm, filepath.Join(remotes, "tm/ceph", op), filepath.Join(remotes, "tm/ceph", op+".rbdfence-orig"))
+	}
+	check("tm-wrappers", tm...)
+	check("host-binary", filepath.Join(remotes, "rbdfence/rbdfence-host"))
+	return out
+}
+
+var argsRe = regexp.MustCompile(`(?m)^\s*ARGUMENTS\s*=\s*"([^"]*)"`)
+
+// checkVMMAD: the kvm VM_MAD runs our local deploy and restore actions.
+func checkVMMAD(root string) Result {
+	r := Result{Check: "vm-mad", Fix: "add '-l deploy=deploy-rbdfence,restore=restore-rbdfence' to the kvm VM_MAD ARGUMENTS (install.sh frontend --apply) and restart oned"}
+	path := filepath.Join(root, "etc/one/oned.conf")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		r.Detail = fmt.Sprintf("cannot read %s: %v", path, errors.Unwrap(err))
+		return r
+	}
+	for _, block := range strings.Split(string(b), "VM_MAD") {
+		if !regexp.MustCompile(`NAME\s*=\s*"kvm"`).MatchString(block) {
+			continue
+		}
+		m := argsRe.FindStringSubmatch(block)
+		if m != nil && strings.Contains(m[1], "deploy=deploy-rbdfence") && strings.Contains(m[1], "restore=restore-rbdfence") {
+			r.OK, r.Detail, r.Fix = true, "kvm VM_MAD runs deploy-rbdfence and restore-rbdfence", ""
+			return r
+		}
+	}
+	r.Detail = path + ": the kvm VM_MAD does not run the rbdfence local actions"
+	return r
+}
+
+// checkOned: oned answers with the configured endpoint and auth file.
+func checkOned(ctx context.Context, cfg *config.Config) Result {
+	r := Result{Check: "oned", Fix: fmt.Sprintf("check opennebula.endpoint (%s) and opennebula.auth_file (%s: one line user:password)", cfg.OpenNebula.Endpoint, cfg.OpenNebula.AuthFile)}
+	c, err := opennebula.New(cfg.OpenNebula.Endpoint, cfg.OpenNebula.AuthFile, time.Duration(cfg.Timeouts.Oned))
+	if err == nil {
+		var v string
+		v, err = c.Version(ctx)
+		if err == nil {
+			r.OK, r.Detail, r.Fix = true, fmt.Sprintf("%s answers (OpenNebula %s)", cfg.OpenNebula.Endpoint, v), ""
+			return r
+		}
+	}
+	r.Detail = oneLine(err.Error())
+	return r
+}
