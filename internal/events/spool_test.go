@@ -409,11 +409,16 @@ func (f fileSink) RecordEvent(ctx context.Context, ev Event) error {
 	return err
 }
 
-func TestFlushHelperProcess(t *testing.T) {
-	v := os.Getenv(helperEnv)
-	if v == "" {
-		t.Skip("helper process only")
+// TestMain turns the test binary into a flushing helper process when
+// helperEnv is set (TestFlushTwoProcesses runs it that way).
+func TestMain(m *testing.M) {
+	if v := os.Getenv(helperEnv); v != "" {
+		flushHelper(v)
 	}
+	os.Exit(m.Run())
+}
+
+func flushHelper(v string) {
 	dir, out, _ := strings.Cut(v, "|")
 	sp, err := OpenSpool(dir)
 	if err != nil {
@@ -430,9 +435,6 @@ func TestFlushHelperProcess(t *testing.T) {
 // Two (here: four) processes flushing the same spool deliver every event
 // exactly once.
 func TestFlushTwoProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("spawns processes")
-	}
 	sp := openSpool(t)
 	const n = 30
 	for i := 0; i < n; i++ {
@@ -443,7 +445,7 @@ func TestFlushTwoProcesses(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "delivered")
 	var cmds []*exec.Cmd
 	for i := 0; i < 4; i++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestFlushHelperProcess$")
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), helperEnv+"="+sp.Dir()+"|"+out)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {

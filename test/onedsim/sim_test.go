@@ -573,9 +573,6 @@ func TestControlAPI(t *testing.T) {
 // The binary serves the VM files it is given and honours the control API on
 // its separate control listener.
 func TestBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "onedsim")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/onedsim")
