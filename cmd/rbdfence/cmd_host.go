@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/rbdfence/rbdfence/internal/collision"
 	"github.com/rbdfence/rbdfence/internal/fencer"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 )
@@ -39,6 +40,10 @@ func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	defer cancel()
 	resp := fencer.Do(ctx, cfg, req)
 	recordMetrics(cfg, nil, "host_"+req.Op, start, resp.Report, resp.Kind)
+	// The step spooled its events durably; deliver them (and older ones)
+	// when this host can reach oned. The front-end also publishes its copy:
+	// ids are the same, oned counts each once.
+	_, _ = collision.Publish(ctx, cfg, nil)
 	if err := write(resp); err != nil {
 		return err
 	}

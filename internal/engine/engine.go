@@ -27,6 +27,11 @@ type Options struct {
 	// MissingOK treats a missing image as having no clients instead of an error
 	// (a VM start: nothing can have an image open that does not exist).
 	MissingOK bool
+	// OnBlocklisted, when set, is called for every client (with its image; ""
+	// for a recorded address) right after its address is blocklisted and
+	// before the OSD map wait and the lock break, so that callers can make the
+	// fence durable (spool its event) before anything else can fail.
+	OnBlocklisted func(image string, c ClientReport)
 }
 
 // Engine inspects RBD images and fences foreign clients. It holds no global
@@ -342,6 +347,24 @@ func (e *Engine) allowed(a Addr) bool {
 	return false
 }
 
+// notify calls OnBlocklisted for every client with address a.
+func (e *Engine) notify(r *Report, a Addr, expire time.Time) {
+	for _, im := range r.Images {
+		for _, c := range im.Clients {
+			if c.addr == a && c.Decision == DecideFence {
+				c.Action, c.Expire = ActBlocklisted, expire
+				e.o.OnBlocklisted(im.Image, c)
+			}
+		}
+	}
+	for _, c := range r.Recorded {
+		if c.addr == a {
+			c.Action, c.Expire = ActBlocklisted, expire
+			e.o.OnBlocklisted("", c)
+		}
+	}
+}
+
 // fence blocklists every client decided "fence" plus extra, waits for the OSD
 // map, then breaks their locks, recording each outcome in r.
 func (e *Engine) fence(ctx context.Context, r *Report, extra []Addr) {
@@ -385,6 +408,9 @@ func (e *Engine) fence(ctx context.Context, r *Report, extra []Addr) {
 			continue
 		}
 		ok++
+		if e.o.OnBlocklisted != nil {
+			e.notify(r, a, t.expire)
+		}
 	}
 	if ok > 0 {
 		if err := e.c.WaitForLatestOSDMap(ctx); err != nil {

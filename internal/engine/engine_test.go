@@ -299,3 +299,23 @@ func TestMigration(t *testing.T) {
 		}
 	})
 }
+
+func TestOnBlocklistedBeforeLockBreak(t *testing.T) {
+	f := enginetest.NewFake()
+	im := img("a")
+	f.CreateImage(im)
+	z := f.Open(im, "10.0.0.5", true)
+	var seen []string
+	e := engine.New(f, engine.Options{OnBlocklisted: func(image string, c engine.ClientReport) {
+		if f.Calls["break"] != 0 {
+			t.Error("OnBlocklisted must run before the lock break")
+		}
+		seen = append(seen, image+" "+c.Address+" "+string(c.Action))
+	}})
+	if r := e.Fence(ctx, []engine.Image{im}, engine.Scope{}, nil); r.Err() != nil {
+		t.Fatal(r.Err())
+	}
+	if len(seen) != 1 || seen[0] != "one/a "+z.String()+" blocklisted" {
+		t.Fatalf("seen %v", seen)
+	}
+}

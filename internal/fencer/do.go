@@ -10,8 +10,11 @@ import (
 
 	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/ceph"
+	"github.com/rbdfence/rbdfence/internal/collision"
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/events"
+	"github.com/rbdfence/rbdfence/internal/failpoint"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 )
 
@@ -62,6 +65,15 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 		return resp
 	}
 	opts.MissingOK = true
+	source := req.Source + "/" + req.Op
+	spool := eventSpool(cfg, req.VM)
+	opts.OnBlocklisted = func(image string, c engine.ClientReport) {
+		// Durable before the lock break: a crash from here on leaves the
+		// event in the spool, delivered once by the next run or flush.
+		putEvents(spool, []audit.Record{{Time: time.Now().UTC(), Run: req.Run, Op: req.Op, VM: req.VM, Host: req.Host, Image: image,
+			Client: c.Client, Address: c.Address, Cookie: c.Cookie, Action: string(c.Action), Expire: c.Expire, Result: "ok"}}, source)
+		failpoint.Hit("after-blocklist")
+	}
 	pool := cfg.Ceph.ClaimPool
 	if pool == "" {
 		pool = groups[0].Images[0].Pool
@@ -117,6 +129,8 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 	}
 	recs, aerr := Audit(cfg, resp.Report, meta)
 	resp.Audit = recs
+	putEvents(spool, recs, source)
+	failpoint.Hit("after-audit")
 	if err == nil && aerr != nil {
 		// The fence is done and reported in Audit; only the local log failed.
 		resp.Error = "audit log not written: " + aerr.Error()
@@ -126,6 +140,29 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 	}
 	resp.OK = true
 	return resp
+}
+
+// eventSpool opens the local event spool for VM events (nil for non-VMs or
+// when it cannot be opened: the audit log still has every fence).
+func eventSpool(cfg *config.Config, vm int) *events.Spool {
+	if vm < 0 {
+		return nil
+	}
+	s, err := events.OpenSpool(cfg.SpoolDir)
+	if err != nil {
+		return nil
+	}
+	return s
+}
+
+// putEvents spools the events of recs (same ids as the publisher will use).
+func putEvents(s *events.Spool, recs []audit.Record, source string) {
+	if s == nil {
+		return
+	}
+	for _, ev := range collision.Events(recs, source) {
+		_ = s.Put(ev)
+	}
 }
 
 func fenceGroup(ctx context.Context, g Group, opts engine.Options, dry bool) (*engine.Report, error) {
