@@ -127,5 +127,8 @@ func decode(r io.Reader, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("not valid JSON: %v", err)
 	}
+	if dec.More() {
+		return fmt.Errorf("trailing data after the JSON object")
+	}
 	return nil
 }
