@@ -271,6 +271,20 @@ install_frontend() {
 	[[ -d $VMM ]] || die "$VMM not found: is this an OpenNebula front-end (use --prefix for a test tree)?"
 	[[ -d $TM ]] || die "$TM not found: the Ceph TM driver is not installed"
 
+	# Plan the oned.conf change first: --apply must not leave a half install.
+	local why restart=0 errf planned=0
+	errf=$(mktemp)
+	if oned_plan 2>"$errf"; then
+		planned=1
+	else
+		why=$(tr '\n' ' ' <"$errf")
+		[[ $APPLY == 1 ]] && {
+			rm -f "$errf"
+			die "--apply: oned.conf cannot be changed: $why(nothing was installed)"
+		}
+	fi
+	rm -f "$errf"
+
 	init_state
 
 	# VMM local actions.
@@ -323,10 +337,7 @@ install_frontend() {
 	fi
 
 	# oned.conf.
-	local why restart=0 errf
-	errf=$(mktemp)
-	if oned_plan 2>"$errf"; then
-		rm -f "$errf"
+	if [[ $planned == 1 ]]; then
 		if [[ $PLAN_OLD == "$PLAN_NEW" ]]; then
 			log "oned.conf: the kvm VM_MAD already runs the rbdfence local actions"
 		elif [[ $APPLY == 1 ]]; then
@@ -344,13 +355,10 @@ install_frontend() {
 			restart=1
 		fi
 	else
-		why=$(tr '\n' ' ' <"$errf")
-		rm -f "$errf"
 		restart=1
 		echo "oned.conf was not changed: $why"
 		echo "Add the local actions to the kvm VM_MAD ARGUMENTS by hand: -l $OURS"
 		echo "(merged into an existing -l list; oned honours only the last -l option)."
-		[[ $APPLY == 1 ]] && die "--apply: $why"
 	fi
 
 	echo "Next steps:"
