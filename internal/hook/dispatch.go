@@ -10,10 +10,13 @@
 //	                foreign client of its RBD disks, or fence without a claim
 //	                (other domains); nothing when an incoming-migration mark
 //	                for the domain is fresh
-//	migrate begin   incoming migration: write the domain's mark
+//	migrate begin   incoming migration: write the domain's mark (fresh for
+//	                fence.migration_window at most)
 //	release end     remove the mark
 //	stopped end     remove the mark
-//	started begin   record the new QEMU's client addresses in the VM's claim
+//	started begin   record the new QEMU's client addresses in the VM's claim;
+//	                with a fresh mark (incoming migration) remove the mark
+//	                instead: the front-end's postmigrate records the instance
 //	anything else   nothing (stdin is drained, exit 0 at once)
 //
 // The hook never calls libvirt (libvirtd waits for it: a call back would

@@ -323,7 +323,7 @@ func (r *runner) record(ctx context.Context) {
 		r.log.WithError(err).Warn("cannot record the started instance")
 		return
 	}
-	if len(dom.Disks) == 0 || dom.VMID < 0 {
+	if len(dom.Disks) == 0 {
 		return
 	}
 	cfg, err := r.loadConfig()
@@ -331,9 +331,21 @@ func (r *runner) record(ctx context.Context) {
 		r.log.WithError(err).Warn("cannot record the started instance")
 		return
 	}
-	if fresh, _, err := marks(cfg).Fresh(r.inv.Domain); err == nil && fresh {
-		r.log.Debug("incoming migration: the migration's end records the instance")
+	m := marks(cfg)
+	if fresh, _, err := m.Fresh(r.inv.Domain); err == nil && fresh {
+		// The incoming migration's start sequence is over: the mark has done
+		// its job. Removing it now keeps a later start of this domain here
+		// (after a failed migration whose release hook never came) from
+		// skipping the fence. The front-end's postmigrate records the
+		// instance when the migration ends.
+		if err := m.Clear(r.inv.Domain); err != nil {
+			r.log.WithError(err).Warn("cannot clear the incoming-migration mark (it expires on its own)")
+		}
+		r.log.Debug("incoming migration: not recording; mark cleared")
 		return
+	}
+	if dom.VMID < 0 {
+		return // no claim for a domain that is not an OpenNebula VM
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
 	defer cancel()

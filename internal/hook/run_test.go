@@ -93,12 +93,18 @@ func TestRunWithoutCeph(t *testing.T) {
 		{name: "RBD disk, Ceph unreachable: fail open", cfg: "fence:\n  fail_open: true\n", steps: []step{
 			{args: "one-42 prepare begin -", xml: domainXML("one-42", true)},
 		}},
-		{name: "incoming migration: prepare and started leave Ceph alone", steps: []step{
+		{name: "incoming migration: prepare leaves Ceph alone", steps: []step{
+			{args: "one-42 migrate begin -", xml: domainXML("one-42", true)},
+			{args: "one-42 prepare begin -", xml: domainXML("one-42", true)},
+			{args: "one-42 start begin -", xml: domainXML("one-42", true)},
+		}, mark: true},
+		{name: "incoming migration: started clears the mark", steps: []step{
 			{args: "one-42 migrate begin -", xml: domainXML("one-42", true)},
 			{args: "one-42 prepare begin -", xml: domainXML("one-42", true)},
 			{args: "one-42 start begin -", xml: domainXML("one-42", true)},
 			{args: "one-42 started begin -", xml: domainXML("one-42", true)},
-		}, mark: true},
+			{args: "one-42 prepare begin -", xml: domainXML("one-42", true), wantErr: "Ceph", kind: hoststep.KindCeph},
+		}},
 		{name: "mark cleared on release: prepare reaches for Ceph again", steps: []step{
 			{args: "one-42 migrate begin -", xml: domainXML("one-42", true)},
 			{args: "one-42 release end -", xml: domainXML("one-42", true)},

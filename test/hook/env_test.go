@@ -94,16 +94,21 @@ func (e *env) writeConfig(cephMon, fenceExtra string) {
 	if err := os.WriteFile(auth, []byte(onedAuth+"\n"), 0o600); err != nil {
 		e.t.Fatal(err)
 	}
+	// A short connect timeout only where the monitor is dead on purpose: a
+	// loaded test machine must not turn a slow connect into a refusal.
+	connect := "15s"
 	if cephMon == "" {
 		cephMon = e.ceph.Mon
+	} else {
+		connect = "3s"
 	}
 	cfg := fmt.Sprintf(`ceph:
   mon_host: %s
   user: %s
   keyring: %s
 timeouts:
-  connect: 3s
-  ceph_op: 10s
+  connect: %s
+  ceph_op: 15s
   oned: 5s
   total: 60s
 fence:
@@ -116,7 +121,7 @@ audit_log: %s
 spool_dir: %s
 state_dir: %s
 host_name: %s
-`, cephMon, e.ceph.User, e.ceph.Keyring, fenceExtra, e.sim.URL(), auth, e.audit,
+`, cephMon, e.ceph.User, e.ceph.Keyring, connect, fenceExtra, e.sim.URL(), auth, e.audit,
 		filepath.Join(e.dir, "spool"), e.stateDir, hostName)
 	if err := os.WriteFile(e.cfgPath, []byte(cfg), 0o600); err != nil {
 		e.t.Fatal(err)

@@ -189,8 +189,9 @@ func TestHookShareable(t *testing.T) {
 
 // TestHookIncomingMigration calls the installed hook as libvirtd does on
 // the destination of a live migration: migrate begin, then prepare for the
-// same domain while the source QEMU runs: nothing is fenced. After release
-// end clears the mark, prepare fences again.
+// same domain while the source QEMU runs: nothing is fenced, and started
+// records nothing and clears the mark. After release end clears the mark of
+// a second migration, prepare fences again.
 func TestHookIncomingMigration(t *testing.T) {
 	e := newEnv(t, "")
 	id := vmID(4)
@@ -226,8 +227,10 @@ func TestHookIncomingMigration(t *testing.T) {
 		{"migrate begin -", false, true, "incoming migration marked"},
 		{"prepare begin -", false, true, "the source runs: not fenced"},
 		{"start begin -", false, true, ""},
-		{"started begin -", false, true, "no record during a migration"},
-		{"release end -", false, false, "the mark is cleared"},
+		{"started begin -", false, false, "the start sequence is over: no record, mark cleared"},
+		{"migrate begin -", false, true, "a second incoming migration"},
+		{"prepare begin -", false, true, "the source runs: not fenced"},
+		{"release end -", false, false, "the migration was aborted: mark cleared"},
 		{"prepare begin -", true, false, "a start again: the source is now a zombie"},
 	}
 	for _, st := range steps {
