@@ -68,6 +68,12 @@ func (e *Error) Unwrap() error { return e.Err }
 // Run performs one hook invocation. It returns nil when libvirt may go on,
 // or an *Error. It never writes to stdout.
 func Run(ctx context.Context, inv Invocation, o Options) error {
+	if o.Log == nil {
+		o.Log = NewLogger(io.Discard, false)
+	}
+	if o.Stdin == nil {
+		o.Stdin = strings.NewReader("")
+	}
 	act := Dispatch(inv)
 	if act == ActNone || (o.Domains != nil && !o.Domains.MatchString(inv.Domain)) {
 		Drain(o.Stdin, ReadTimeout)
