@@ -8,6 +8,7 @@ git grep -l -E '^func Fuzz' -- '*_test.go' | while read -r f; do
 	for fn in $(grep -oE '^func (Fuzz[A-Za-z0-9_]+)' "$f" | awk '{print $2}'); do
 		echo "fuzz $pkg $fn ($t)"
 		go test -tags pacific -run '^$' -fuzz "^${fn}\$" -fuzztime "$t" "$pkg" >/tmp/rbdfence-fuzz.log 2>&1 || { cat /tmp/rbdfence-fuzz.log; exit 1; }
-		tail -n 1 /tmp/rbdfence-fuzz.log
+		execs=$(grep -oE 'execs: [0-9]+' /tmp/rbdfence-fuzz.log | tail -n 1 | awk '{print $2}')
+		echo "  ok: ${execs:-?} executions in $t, no failure"
 	done
 done
