@@ -1,0 +1,191 @@
+// Command prestartbench times the front-end prestart driver for a VM with 4
+// RBD disks (persistent, clone, volatile, shareable), as oned would run it
+// before a deploy: read the VM from oned (the stand-in, over XML-RPC), ssh
+// to the test host rbdf-a, run the host step there against the test Ceph
+// cluster, publish events. It prints the median of -reps runs, for a clean
+// start and for a start that fences two foreign clients (zombies on rbdf-b),
+// with the ssh round trip and the bare host step for context.
+//
+//	go run -tags pacific ./test/bench/prestartbench -reps 9
+//
+// Needs root (network namespaces); it starts the test hosts and cluster.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/vmdisk"
+	"github.com/rbdfence/rbdfence/test/onedsim"
+	"github.com/rbdfence/rbdfence/test/testenv"
+)
+
+func main() {
+	reps := flag.Int("reps", 9, "runs per measurement (the median is reported)")
+	flag.Parse()
+	tb := &fatalTB{}
+	err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				if r != errFatal {
+					panic(r)
+				}
+				err = tb.err
+			}
+		}()
+		return run(tb, *reps)
+	}()
+	for i := len(tb.cleanups) - 1; i >= 0; i-- {
+		tb.cleanups[i]()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "prestartbench:", err)
+		os.Exit(1)
+	}
+}
+
+var errFatal = fmt.Errorf("fatal")
+
+// fatalTB lets a program use testenv: Fatal records the error and unwinds.
+type fatalTB struct {
+	err      error
+	cleanups []func()
+}
+
+func (f *fatalTB) Helper()                   {}
+func (f *fatalTB) Cleanup(fn func())         { f.cleanups = append(f.cleanups, fn) }
+func (f *fatalTB) Fatal(a ...any)            { f.err = fmt.Errorf("%s", fmt.Sprint(a...)); panic(errFatal) }
+func (f *fatalTB) Fatalf(s string, a ...any) { f.err = fmt.Errorf(s, a...); panic(errFatal) }
+
+func run(tb *fatalTB, reps int) error {
+	hs := testenv.StartHosts(tb)
+	c := testenv.StartCephNet(tb)
+	prestart, host := testenv.Bin(tb, "prestart"), testenv.Bin(tb, "rbdfence")
+	dir, err := os.MkdirTemp("", "prestartbench-")
+	if err != nil {
+		return err
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+
+	sim := onedsim.New("oneadmin:bench")
+	if err := sim.Start("127.0.0.1:0"); err != nil {
+		return err
+	}
+	tb.Cleanup(func() { sim.Close() })
+
+	vm := 200000 + rand.IntN(700000)*10
+	kinds := []string{"persistent", "clone", "volatile", "shareable"}
+	var disks []onedsim.Disk
+	var vdisks []vmdisk.Disk
+	var images []string
+	for i, k := range kinds {
+		d := onedsim.Disk{ID: i, ImageID: vm*10 + i, CephHost: c.Mon, CephKey: c.Keyring}
+		img := fmt.Sprintf("one-%d", d.ImageID)
+		switch k {
+		case "persistent":
+			d.Persistent = true
+		case "clone":
+			img = fmt.Sprintf("one-%d-%d-%d", d.ImageID, vm, i)
+		case "volatile":
+			d.Volatile = true
+			img = fmt.Sprintf("one-sys-%d-%d", vm, i)
+		case "shareable":
+			d.Shareable = true
+		}
+		if out, err := exec.Command("rbd", "-c", c.AdminConf, "create", "one/"+img, "--size", "16M").CombinedOutput(); err != nil {
+			return fmt.Errorf("rbd create: %v %s", err, out)
+		}
+		spec := "one/" + img
+		tb.Cleanup(func() { _ = exec.Command("rbd", "-c", c.AdminConf, "rm", "--no-progress", spec).Run() })
+		images = append(images, spec)
+		disks = append(disks, d)
+		vdisks = append(vdisks, vmdisk.Disk{ID: fmt.Sprint(i), Pool: "one", Name: img, Monitors: []string{c.Mon}, User: c.User, Keyring: c.Keyring, Shareable: k == "shareable"})
+	}
+	tb.Cleanup(func() { _ = exec.Command("rados", "-c", c.AdminConf, "-p", "one", "rm", engine.ClaimObject(vm)).Run() })
+	seq := 1
+	put := func() {
+		if err := sim.Put(onedsim.VM{ID: vm, Host: hs.A.Name, HostID: 1, Seq: seq, Disks: disks}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	put()
+
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			tb.Fatal(err)
+		}
+		return p
+	}
+	hostCfg := write("host.yaml", fmt.Sprintf("ceph:\n  mon_host: %s\n  user: %s\n  keyring: %s\nfence:\n  expire: 1h\naudit_log: %s/host-audit.log\n",
+		c.Mon, c.User, c.Keyring, dir))
+	auth := write("one_auth", "oneadmin:bench\n")
+	cfg := write("rbdfence.yaml", fmt.Sprintf(`opennebula:
+  endpoint: %s
+  auth_file: %s
+  ssh: ssh -F %s
+  host_binary: %s
+  host_config: %s
+timeouts: {connect: 5s, ceph_op: 10s, oned: 3s, ssh: 60s, total: 90s}
+audit_log: %s/audit.log
+spool_dir: %s/spool
+`, sim.URL(), auth, hs.SSHConfig, host, hostCfg, dir, dir))
+
+	timeIt := func(cmd *exec.Cmd) time.Duration {
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		start := time.Now()
+		if err := cmd.Run(); err != nil {
+			tb.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, errb.String())
+		}
+		return time.Since(start)
+	}
+	runPrestart := func() time.Duration {
+		cmd := exec.Command(prestart, fmt.Sprint(vm), hs.A.Name)
+		cmd.Env = append(os.Environ(), "RBDFENCE_CONFIG="+cfg)
+		return timeIt(cmd)
+	}
+
+	fmt.Printf("prestart for VM %d with 4 RBD disks (%s) on %s, %d runs each\n", vm, strings.Join(kinds, ", "), hs.A, reps)
+	runPrestart() // the first start writes the claim
+	var clean, fencing, sshRT, step []time.Duration
+	for i := 0; i < reps; i++ {
+		clean = append(clean, runPrestart())
+	}
+	for i := 0; i < reps; i++ {
+		z1 := testenv.StartZombieOn(tb, c, hs.B, images[0], "write")
+		z2 := testenv.StartZombieOn(tb, c, hs.B, images[2], "idle")
+		seq++
+		put()
+		fencing = append(fencing, runPrestart())
+		z1.Stop()
+		z2.Stop()
+	}
+	req, _ := json.Marshal(hoststep.Request{Op: hoststep.OpCheck, VM: vm, Seq: seq, Host: hs.A.Name, Run: "bench", Source: "cli", Disks: vdisks})
+	for i := 0; i < reps; i++ {
+		sshRT = append(sshRT, timeIt(exec.Command("ssh", "-F", hs.SSHConfig, "-o", "BatchMode=yes", hs.A.Name, "true")))
+		cmd := hs.A.Command(host, "host", "--config", hostCfg)
+		cmd.Stdin = bytes.NewReader(req)
+		step = append(step, timeIt(cmd))
+	}
+	row := func(name string, d []time.Duration) {
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		fmt.Printf("  %-44s median %7s  min %7s  max %7s\n", name, d[len(d)/2].Round(time.Millisecond), d[0].Round(time.Millisecond), d[len(d)-1].Round(time.Millisecond))
+	}
+	row("prestart, nothing to fence", clean)
+	row("prestart, fencing 2 foreign clients", fencing)
+	row("context: ssh round trip (ssh host true)", sshRT)
+	row("context: host step alone (check, no ssh)", step)
+	return nil
+}
