@@ -213,3 +213,19 @@ func TestBashShebang(t *testing.T) {
 		}
 	}
 }
+
+func TestHostCommand(t *testing.T) {
+	for _, tc := range []struct {
+		cfgPath string
+		want    string
+	}{
+		{config.DefaultPath, "/var/tmp/one/rbdfence/rbdfence-host|host"},
+		{"/etc/one/other.yaml", "/var/tmp/one/rbdfence/rbdfence-host|host|--config|/etc/one/other.yaml"},
+	} {
+		cfg := config.Default()
+		cfg.OpenNebula.HostConfig = tc.cfgPath
+		if got := strings.Join((&Env{Cfg: cfg}).hostCommand(), "|"); got != tc.want {
+			t.Errorf("host_config %s: %s, want %s", tc.cfgPath, got, tc.want)
+		}
+	}
+}
