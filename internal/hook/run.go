@@ -266,9 +266,13 @@ func (r *runner) logReport(resp *hoststep.Response) {
 }
 
 // publish raises one collision event per fenced client: to oned, or to the
-// spool when oned does not answer. Nothing is published for a clean start.
+// spool when oned does not answer (fencer.Do has spooled them already, each
+// right after its blocklist; Publish sends the spool first and counts every
+// event once by its id). Nothing is published for a clean start.
 func (r *runner) publish(ctx context.Context, cfg *config.Config, resp *hoststep.Response) {
-	evs := collision.Events(resp.Audit, Source)
+	// The same source as fencer.Do's own spooling ("hook/start"), so that an
+	// event spooled by the step and the one published here are identical.
+	evs := collision.Events(resp.Audit, Source+"/"+resp.Op)
 	if len(evs) == 0 {
 		return
 	}

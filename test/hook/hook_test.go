@@ -87,7 +87,7 @@ func TestHookFencesZombie(t *testing.T) {
 
 	// The collision reached oned: the VM's user template.
 	ev := waitEvent(t, e.sim, id, zaddr)
-	if ev["HOST"] != hostName || ev["IMAGE"] != image || ev["SOURCE"] != "hook" || !strings.HasPrefix(ev["ACTION"], "blocklisted") {
+	if ev["HOST"] != hostName || ev["IMAGE"] != image || ev["SOURCE"] != "hook/start" || !strings.HasPrefix(ev["ACTION"], "blocklisted") {
 		t.Fatalf("event in oned: %v", ev)
 	}
 	ut, _ := e.sim.UserTemplate(id)
@@ -126,7 +126,7 @@ func TestHookSpoolsWhenOnedDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pending) != 1 || pending[0].VM != id || pending[0].Address != zaddr || pending[0].Source != "hook" {
+	if len(pending) != 1 || pending[0].VM != id || pending[0].Address != zaddr || pending[0].Source != "hook/start" {
 		t.Fatalf("spool: %+v; want the event of fencing %s for VM %d", pending, zaddr, id)
 	}
 }
