@@ -210,7 +210,8 @@ func runUnfence(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	return nil
 }
 
-func isTerminal(r io.Reader) bool {
+// isTerminal reports whether r (a reader or writer) is a terminal.
+func isTerminal(r any) bool {
 	f, ok := r.(*os.File)
 	if !ok {
 		return false

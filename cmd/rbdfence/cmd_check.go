@@ -27,11 +27,28 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, dryR
 	var images listFlag
 	c.register(fs)
 	fs.Var(&images, "image", "POOL/IMAGE (repeatable)")
+	vmID := fs.Int("vm", -1, "check: the disks of this VM (from oned)")
+	all := fs.Bool("all", false, "check: every VM (from oned), with progress on a terminal")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if *vmID >= 0 || *all {
+		if !dryRun {
+			return usagef("fence: --vm and --all are for check only (a VM is fenced by its start)")
+		}
+		if len(images) > 0 || (*vmID >= 0 && *all) {
+			return usagef("check: give one of --image, --vm or --all")
+		}
+		cfg, err := c.load()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := bounded(ctx, cfg)
+		defer cancel()
+		return runCheckVMs(ctx, cfg, *vmID, *all, c.json, stdout, stderr)
+	}
 	if len(images) == 0 {
-		return usagef("%s: give at least one --image POOL/IMAGE", name)
+		return usagef("%s: give at least one --image POOL/IMAGE (check: or --vm ID, --all)", name)
 	}
 	var imgs []engine.Image
 	for _, s := range images {

@@ -30,6 +30,7 @@ const usage = `usage: rbdfence <verb> [flags]
 
 verbs:
   check  --image POOL/IMAGE [...]   dry run: show every client and what fence would do
+  check  --vm ID | --all            the same for a VM's disks (from oned); a running VM's instance is kept
   fence  --image POOL/IMAGE [...]   blocklist and unlock every foreign client
   host   <op>                       host-side step of the OpenNebula drivers (JSON on stdin/stdout)
   claim  show --vm ID --pool POOL   show a VM's claim

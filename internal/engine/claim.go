@@ -345,6 +345,34 @@ func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst 
 	return res, err
 }
 
+// CheckRunning reports, without a lease and without changing anything, the
+// clients of a running VM's images: the addresses its claim records for the
+// running instance are "instance", every other client "would-fence".
+func (e *Engine) CheckRunning(ctx context.Context, pool string, vm int, imgs []Image) (*ClaimResult, error) {
+	cl, err := e.ReadClaim(ctx, pool, vm)
+	if err != nil {
+		return nil, err
+	}
+	res := &ClaimResult{Previous: cl, Report: e.Check(ctx, imgs, Scope{})}
+	if cl == nil {
+		return res, nil
+	}
+	res.Claim = *cl
+	mine := map[string]bool{}
+	for _, a := range cl.Addrs {
+		mine[a.String()] = true
+	}
+	for i := range res.Report.Images {
+		for j := range res.Report.Images[i].Clients {
+			c := &res.Report.Images[i].Clients[j]
+			if mine[c.Address] && c.Decision == DecideFence {
+				c.Decision, c.Action = DecideInstance, ActNone
+			}
+		}
+	}
+	return res, nil
+}
+
 // ReadClaim returns the VM's claim, or nil when there is none. It takes no lease.
 func (e *Engine) ReadClaim(ctx context.Context, pool string, vm int) (*Claim, error) {
 	data, _, err := e.c.ReadObject(ctx, pool, ClaimObject(vm))

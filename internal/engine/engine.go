@@ -67,6 +67,7 @@ const (
 	DecideOutOfScope  Decision = "out-of-scope"
 	DecideHandover    Decision = "handover" // migration window open: reported
 	DecideRecorded    Decision = "recorded" // previous instance's recorded address: fenced
+	DecideInstance    Decision = "instance" // the VM's running instance (recorded in its claim): kept
 )
 
 // Action says what was done to a client.

@@ -319,3 +319,32 @@ func TestOnBlocklistedBeforeLockBreak(t *testing.T) {
 		t.Fatalf("seen %v", seen)
 	}
 }
+
+func TestCheckRunning(t *testing.T) {
+	f := enginetest.NewFake()
+	im := img("a")
+	f.CreateImage(im)
+	e := engine.New(f, engine.Options{})
+	if _, err := e.Start(ctx, who("hostA", 1, engine.SourceFrontend), []engine.Image{im}, false); err != nil {
+		t.Fatal(err)
+	}
+	inst := f.Open(im, "10.0.0.1", true)
+	if _, err := e.Record(ctx, who("hostA", 1, engine.SourceHook), []engine.Image{im}, engine.Scope{}); err != nil {
+		t.Fatal(err)
+	}
+	zombie := f.Open(im, "10.0.0.2", false)
+	res, err := e.CheckRunning(ctx, "one", 42, []engine.Image{im})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]engine.Decision{}
+	for _, c := range res.Report.Images[0].Clients {
+		got[c.Address] = c.Decision
+	}
+	if got[inst.String()] != engine.DecideInstance || got[zombie.String()] != engine.DecideFence {
+		t.Fatalf("decisions %v", got)
+	}
+	if _, ok := f.Blocklisted(zombie); ok {
+		t.Fatal("a check must not fence")
+	}
+}

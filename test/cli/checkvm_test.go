@@ -1,0 +1,85 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/vmdisk"
+	"github.com/rbdfence/rbdfence/test/onedsim"
+	"github.com/rbdfence/rbdfence/test/testenv"
+)
+
+func TestCheckVMAndAll(t *testing.T) {
+	c := testenv.StartCeph(t)
+	running := c.NewImage(t, "vmrun")
+	stopped := c.NewImage(t, "vmstop")
+	vmRun, vmStop := newVMID(), newVMID()
+	sim := onedsim.New("oneadmin:checkpw")
+	disk := func(spec string) onedsim.Disk {
+		return onedsim.Disk{ID: 0, Source: spec, Persistent: true, CephHost: c.Mon, CephUser: c.User, CephKey: c.Keyring}
+	}
+	sim.Put(onedsim.VM{ID: vmRun, Name: "web", Host: "hostA", Seq: 2, Disks: []onedsim.Disk{disk(running)}})
+	sim.Put(onedsim.VM{ID: vmStop, Name: "db", Host: "hostB", Seq: 5, State: onedsim.StatePoweroff, Disks: []onedsim.Disk{disk(stopped)}})
+	if err := sim.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	auth := filepath.Join(t.TempDir(), "one_auth")
+	os.WriteFile(auth, []byte("oneadmin:checkpw\n"), 0o600)
+	cfg, _ := writeConfig(t, c, "")
+	b, _ := os.ReadFile(cfg)
+	os.WriteFile(cfg, append(b, []byte("opennebula:\n  endpoint: "+sim.URL()+"\n  auth_file: "+auth+"\n")...), 0o600)
+
+	// The running VM's instance starts and is recorded; then a zombie appears.
+	req := hoststep.Request{VM: vmRun, Seq: 2, Host: "hostA", Run: "cv", Source: "frontend", Disks: []vmdisk.Disk{{ID: "0", Pool: "one", Name: strings.TrimPrefix(running, "one/")}}}
+	req.Op = hoststep.OpStart
+	if r, resp := hostStep(t, cfg, req); r.code != 0 {
+		t.Fatalf("start: %+v", resp)
+	}
+	inst := testenv.StartZombie(t, c, running, "idle")
+	req.Op = hoststep.OpRecord
+	if r, resp := hostStep(t, cfg, req); r.code != 0 {
+		t.Fatalf("record: %+v", resp)
+	}
+	zombie := testenv.StartZombie(t, c, running, "write")
+	zombie.WaitWrite(t, true, 10*time.Second)
+
+	r := rbdfence(t, "", "check", "--config", cfg, "--vm", fmt.Sprint(vmRun), "--json")
+	var res []struct {
+		VM      int           `json:"vm"`
+		Running bool          `json:"running"`
+		Report  engine.Report `json:"report"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 5 {
+		t.Fatalf("check --vm: exit %d (want 5) %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	got := map[string]engine.Decision{}
+	for _, cl := range res[0].Report.Images[0].Clients {
+		got[cl.Address] = cl.Decision
+	}
+	if !res[0].Running || got[inst.Addr] != engine.DecideInstance || got[zombie.Addr] != engine.DecideFence {
+		t.Fatalf("the running instance must be kept and the zombie reported: %v (running %v)", got, res[0].Running)
+	}
+	zombie.WaitWrite(t, true, 5*time.Second) // a check changes nothing
+
+	// --all, piped: both VMs, no progress noise on stderr.
+	r = rbdfence(t, "", "check", "--config", cfg, "--all")
+	if r.code != 5 || !strings.Contains(r.stdout, fmt.Sprintf("VM %d web on hostA", vmRun)) || !strings.Contains(r.stdout, fmt.Sprintf("VM %d db on hostB", vmStop)) {
+		t.Fatalf("check --all: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if strings.Contains(r.stderr, "checking VM") {
+		t.Fatalf("progress must stay off when piped: %q", r.stderr)
+	}
+	// Unknown VM: a clear one-line error.
+	r = rbdfence(t, "", "check", "--config", cfg, "--vm", "999999")
+	if r.code == 0 || r.code == 5 || len(strings.Split(strings.TrimSpace(r.stderr), "\n")) != 1 {
+		t.Fatalf("unknown VM: exit %d %q", r.code, r.stderr)
+	}
+}
