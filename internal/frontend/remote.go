@@ -230,7 +230,11 @@ func (e *Env) hostStep(ctx context.Context, host string, req *hoststep.Request, 
 	var argv []string
 	where := "host " + host
 	if e.local(pl) {
-		argv = []string{e.Cfg.OpenNebula.LocalBinary, "host", "--config", e.ConfigPath}
+		argv = []string{e.Cfg.OpenNebula.LocalBinary, "host"}
+		if e.ConfigPath != "" && e.ConfigPath != config.DefaultPath {
+			// The same file the driver read; the default path may be absent.
+			argv = append(argv, "--config", e.ConfigPath)
+		}
 		where = "the front-end (opennebula.remote: local)"
 	} else {
 		var err error

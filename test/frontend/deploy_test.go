@@ -176,3 +176,40 @@ func TestDeployFailureKeepsRemoteCodeAndText(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLocalMode: with opennebula.remote: local the front-end runs the start
+// check itself (it reaches Ceph) with the same config, the audit log gets
+// each record once, and the record step still runs on the host.
+func TestLocalMode(t *testing.T) {
+	f := setup(t)
+	a, b := f.hs.A, f.hs.B
+	f.extra = fmt.Sprintf("ceph:\n  mon_host: %s\n  user: %s\n  keyring: %s\n", f.ceph.Mon, f.ceph.User, f.ceph.Keyring)
+	f.writeConfig()
+	f.write(f.cfgPath, strings.Replace(readFile(t, f.cfgPath), "remote: ssh", "remote: local\n  local_binary: "+filepath.Join(f.remotes, "rbdfence/rbdfence-host"), 1), 0o644)
+	vm, specs := f.newVM(a.Name, 0, "persistent", "clone")
+	z := testenv.StartZombieOn(t, f.ceph, b, specs[0].image, "write")
+	z.WaitWrite(t, true, 30*time.Second)
+	f.write(f.path("remote-calls", "starts"), specs[1].image, 0o644)
+	r := f.deployVM(vm, 0, a.Name, specs)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if ev := z.WaitWrite(t, false, 30*time.Second); ev.Errno != 108 {
+		t.Fatalf("errno %d", ev.Errno)
+	}
+	var steps []string
+	for _, c := range f.sshCalls() {
+		if strings.Contains(c, "rbdfence-host") {
+			steps = append(steps, c)
+		}
+	}
+	if len(steps) != 1 || !strings.Contains(steps[0], " "+a.Name+" ") {
+		t.Errorf("host steps over ssh %q, want only the record step on %s", steps, a.Name)
+	}
+	if n := strings.Count(readFile(t, f.path("frontend-audit.log")), "\n"); n != 1 {
+		t.Errorf("front-end audit log has %d lines, want 1 (written once by the local step)", n)
+	}
+	if c := f.claim(vm); len(c.Addrs) != 1 || !strings.HasPrefix(c.Addrs[0].String(), a.IP+":") {
+		t.Fatalf("claim %+v: the record step must run on %s", c, a)
+	}
+}
