@@ -12,6 +12,16 @@
 // decide "on this host" by the host's own addresses (record, postmigrate,
 // failmigrate) always run on their host over ssh.
 //
+// Host steps run as "<opennebula.ssh> -o BatchMode=yes -o ConnectTimeout=N
+// <host> '<host_binary>' 'host' ['--config' '<host_config>']": every word
+// single-quoted for the remote shell, host names checked (no option can be
+// smuggled in), bounded by timeouts.ssh, the whole process group killed on
+// timeout. --config is left out for the default /etc/one/rbdfence.yaml,
+// so that a host without that file uses the built-in defaults (Ceph access
+// from the VM's disks), as the libvirt hook does. Premigrate runs on the
+// source; the wrapped remote deploy/restore and original TM scripts are
+// bounded by timeouts.action.
+//
 // # Contracts (what oned passes)
 //
 //	deploy-rbdfence  <local deployment file> <host> <vmid> <host>    stdin: base64 domain XML
