@@ -117,15 +117,15 @@ type ClaimResult struct {
 // txn runs fn under the VM's claim lease with a compare-and-swap write of the
 // claim fn returns, retrying from the read when the write lost. fn receives
 // nil when there is no claim yet; returning a nil claim writes nothing.
-func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim) (*Claim, error)) error {
+func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim) (*Claim, error)) (*Claim, error) {
 	oid := ClaimObject(w.VM)
 	err := e.c.AcquireLease(ctx, w.Pool, oid, w.cookie(), e.o.Lease)
 	var held *LeaseHeldError
 	if errors.As(err, &held) {
-		return &ClaimHeldError{VM: w.VM, Holder: held.Holder}
+		return nil, &ClaimHeldError{VM: w.VM, Holder: held.Holder}
 	}
 	if err != nil {
-		return fmt.Errorf("VM %d: cannot take the claim lease %s/%s: %w", w.VM, w.Pool, oid, err)
+		return nil, fmt.Errorf("VM %d: cannot take the claim lease %s/%s: %w", w.VM, w.Pool, oid, err)
 	}
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -135,34 +135,34 @@ func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim) (*Claim, e
 	for attempt := 0; attempt < 5; attempt++ {
 		data, ver, err := e.c.ReadObject(ctx, w.Pool, oid)
 		if err != nil && !errors.Is(err, ErrObjectNotFound) {
-			return fmt.Errorf("VM %d: cannot read claim %s/%s: %w", w.VM, w.Pool, oid, err)
+			return nil, fmt.Errorf("VM %d: cannot read claim %s/%s: %w", w.VM, w.Pool, oid, err)
 		}
 		var prev *Claim
 		if len(data) > 0 {
 			prev = &Claim{}
 			if err := json.Unmarshal(data, prev); err != nil {
-				return fmt.Errorf("VM %d: claim %s/%s is corrupt (%v): inspect it with 'rados -p %s get %s -' and remove it if it is garbage", w.VM, w.Pool, oid, err, w.Pool, oid)
+				return nil, fmt.Errorf("VM %d: claim %s/%s is corrupt (%v): inspect it with 'rados -p %s get %s -' and remove it if it is garbage", w.VM, w.Pool, oid, err, w.Pool, oid)
 			}
 		}
 		next, err := fn(prev)
 		if err != nil || next == nil {
-			return err
+			return nil, err
 		}
 		next.VM, next.Run, next.Updated = w.VM, w.Run, e.now().UTC()
 		out, err := json.Marshal(next)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		err = e.c.WriteObject(ctx, w.Pool, oid, out, ver)
 		if errors.Is(err, ErrStale) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("VM %d: cannot write claim %s/%s: %w", w.VM, w.Pool, oid, err)
+			return nil, fmt.Errorf("VM %d: cannot write claim %s/%s: %w", w.VM, w.Pool, oid, err)
 		}
-		return nil
+		return next, nil
 	}
-	return fmt.Errorf("VM %d: claim %s/%s kept changing under us; retry", w.VM, w.Pool, oid)
+	return nil, fmt.Errorf("VM %d: claim %s/%s kept changing under us; retry", w.VM, w.Pool, oid)
 }
 
 // admit decides whether w may start the VM given the recorded claim.
@@ -188,8 +188,11 @@ func admit(w Who, prev *Claim, now time.Time) error {
 // deploy is claimed by another host. With dryRun it decides and reports but
 // changes nothing (no fence, no claim written).
 func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*ClaimResult, error) {
+	if dryRun {
+		return e.checkStart(ctx, w, imgs)
+	}
 	res := &ClaimResult{}
-	err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
+	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
 		res.Previous = prev
 		if err := admit(w, prev, e.now()); err != nil {
 			return nil, err
@@ -209,10 +212,6 @@ func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*
 			if prev != nil {
 				extra = prev.Addrs
 			}
-			if dryRun {
-				res.Report = e.Check(ctx, imgs, Scope{})
-				return nil, nil
-			}
 			res.Report = e.Fence(ctx, imgs, Scope{}, extra)
 			if err := res.Report.Err(); err != nil {
 				return nil, err // claim not written: the next try fences again
@@ -221,20 +220,52 @@ func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*
 		if prev != nil && prev.Source == SourceFrontend && w.Source == SourceHook && prev.Host == w.Host {
 			next.Source = SourceFrontend // keep the front-end's authority over this deploy
 		}
-		if dryRun {
-			return nil, nil
-		}
-		res.Claim = *next
 		return next, nil
 	})
+	if written != nil {
+		res.Claim = *written
+	}
 	return res, err
+}
+
+// checkStart is Start's dry run: it reads the claim without taking the lease
+// (a check must never block a real start) and reports what Start would do.
+func (e *Engine) checkStart(ctx context.Context, w Who, imgs []Image) (*ClaimResult, error) {
+	prev, err := e.ReadClaim(ctx, w.Pool, w.VM)
+	if err != nil {
+		return nil, err
+	}
+	res := &ClaimResult{Previous: prev}
+	if err := admit(w, prev, e.now()); err != nil {
+		return res, err
+	}
+	if inWindow(prev, w.Host, e.now()) {
+		res.Handover = true
+		res.Report = e.handover(ctx, imgs)
+		return res, nil
+	}
+	res.Report = e.Check(ctx, imgs, Scope{})
+	if prev != nil {
+		visible := map[string]bool{}
+		for _, im := range res.Report.Images {
+			for _, c := range im.Clients {
+				visible[c.Address] = true
+			}
+		}
+		for _, a := range prev.Addrs {
+			if !visible[a.String()] && a.Exact() && !e.allowed(a) {
+				res.Report.Recorded = append(res.Report.Recorded, ClientReport{Address: a.String(), addr: a, Decision: DecideRecorded, Action: ActWouldFence})
+			}
+		}
+	}
+	return res, nil
 }
 
 // Record stores the client addresses of the instance that now runs on w.Host
 // (the watchers of its images whose IP is in scope), marking the claim running.
 func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (*ClaimResult, error) {
 	res := &ClaimResult{}
-	err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
+	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
 		res.Previous = prev
 		if err := admit(w, prev, e.now()); err != nil {
 			return nil, err
@@ -264,9 +295,11 @@ func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (
 			}
 		}
 		sort.Slice(next.Addrs, func(i, j int) bool { return next.Addrs[i].String() < next.Addrs[j].String() })
-		res.Claim = *next
 		return next, nil
 	})
+	if written != nil {
+		res.Claim = *written
+	}
 	return res, err
 }
 
@@ -274,7 +307,7 @@ func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (
 // start of the VM on dst fences nothing while it is open. It fences nothing.
 func (e *Engine) OpenWindow(ctx context.Context, w Who, src, dst string, ttl time.Duration) (*ClaimResult, error) {
 	res := &ClaimResult{}
-	err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
+	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
 		res.Previous = prev
 		next := &Claim{Seq: w.Seq, Host: src, Source: w.Source, State: StateMigrating}
 		if prev != nil {
@@ -285,9 +318,11 @@ func (e *Engine) OpenWindow(ctx context.Context, w Who, src, dst string, ttl tim
 		}
 		now := e.now().UTC()
 		next.Window = &Window{Src: src, Dst: dst, Opened: now, Expires: now.Add(ttl)}
-		res.Claim = *next
 		return next, nil
 	})
+	if written != nil {
+		res.Claim = *written
+	}
 	return res, err
 }
 
@@ -308,7 +343,7 @@ const (
 func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst string, dstIPs []netip.Addr, outcome MigrationOutcome) (*ClaimResult, error) {
 	scope := Scope{HostIPs: dstIPs}
 	res := &ClaimResult{}
-	err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
+	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
 		res.Previous = prev
 		next := &Claim{Seq: w.Seq, Source: w.Source, State: StateRunning}
 		if prev != nil && (next.Seq < 0 || prev.Seq > next.Seq) {
@@ -339,9 +374,11 @@ func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst 
 				}
 			}
 		}
-		res.Claim = *next
 		return next, nil
 	})
+	if written != nil {
+		res.Claim = *written
+	}
 	return res, err
 }
 
@@ -391,7 +428,8 @@ func (e *Engine) ReadClaim(ctx context.Context, pool string, vm int) (*Claim, er
 
 // WriteClaim replaces the VM's claim under its lease (admin and tests).
 func (e *Engine) WriteClaim(ctx context.Context, w Who, c Claim) error {
-	return e.txn(ctx, w, func(*Claim) (*Claim, error) { return &c, nil })
+	_, err := e.txn(ctx, w, func(*Claim) (*Claim, error) { return &c, nil })
+	return err
 }
 
 // inWindow reports whether an open handover window admits host as destination.

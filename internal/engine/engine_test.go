@@ -348,3 +348,35 @@ func TestCheckRunning(t *testing.T) {
 		t.Fatal("a check must not fence")
 	}
 }
+
+func TestCheckStartTakesNoLease(t *testing.T) {
+	f := enginetest.NewFake()
+	im := img("a")
+	f.CreateImage(im)
+	e := engine.New(f, engine.Options{})
+	if _, err := e.Start(ctx, who("hostA", 1, engine.SourceFrontend), []engine.Image{im}, false); err != nil {
+		t.Fatal(err)
+	}
+	inst := f.Open(im, "10.0.0.1", false)
+	if _, err := e.Record(ctx, who("hostA", 1, engine.SourceHook), []engine.Image{im}, engine.Scope{}); err != nil {
+		t.Fatal(err)
+	}
+	f.Hide(inst)
+	// Another run holds the lease: a check still answers and takes nothing.
+	if err := f.AcquireLease(ctx, "one", engine.ClaimObject(42), "host=x run=busy seq=2", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Start(ctx, who("hostB", 2, engine.SourceFrontend), []engine.Image{im}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Report.Recorded) != 1 || res.Report.Recorded[0].Action != engine.ActWouldFence || res.Claim.Host != "" {
+		t.Fatalf("dry run: %+v", res)
+	}
+	if _, ok := f.Blocklisted(inst); ok {
+		t.Fatal("a dry run fenced")
+	}
+	if _, err := e.Start(ctx, who("hostB", 0, engine.SourceFrontend), []engine.Image{im}, true); err == nil {
+		t.Fatal("a dry run must report that an older deploy would be refused")
+	}
+}
