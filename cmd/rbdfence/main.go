@@ -61,7 +61,7 @@ func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(form
 var errFound = errors.New("foreign clients found")
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, ceph.QuietLibrados()))
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {

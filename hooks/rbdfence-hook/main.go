@@ -31,6 +31,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/rbdfence/rbdfence/internal/ceph"
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/hook"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
@@ -49,7 +50,7 @@ const (
 var version = "dev"
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdin, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdin, ceph.QuietLibrados()))
 }
 
 func run(args []string, stdin io.Reader, stderr io.Writer) int {

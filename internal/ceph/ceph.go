@@ -69,7 +69,7 @@ func (e *ConnectError) Error() string {
 	case e.Errno == int(syscall.EACCES) || e.Errno == int(syscall.EPERM):
 		return fmt.Sprintf("Ceph monitors %s refused client.%s: check the key in the keyring and the user's caps", mons, e.User)
 	case e.Errno == int(syscall.ETIMEDOUT) || errors.Is(e.Err, context.DeadlineExceeded):
-		return fmt.Sprintf("cannot reach Ceph monitors %s as client.%s: timed out; check mon_host and the network", mons, e.User)
+		return fmt.Sprintf("cannot reach Ceph monitors %s as client.%s: timed out; check mon_host (on a port other than 6789/3300 write v1: or v2: before the address), the network and the key", mons, e.User)
 	}
 	return fmt.Sprintf("cannot connect to Ceph monitors %s as client.%s: %v", mons, e.User, e.Err)
 }

@@ -400,19 +400,36 @@ func (e *Engine) fence(ctx context.Context, r *Report, extra []Addr) {
 	if len(order) == 0 {
 		return
 	}
-	ok := 0
+	// All entries at once: the monitors commit concurrent additions in one
+	// OSD map proposal instead of one proposal (up to a paxos interval) each.
+	var (
+		ok   int
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, e.o.Concurrency)
+		when = e.now().Add(e.o.Expire).UTC().Truncate(time.Second)
+	)
 	for _, a := range order {
 		t := targets[a]
-		t.expire = e.now().Add(e.o.Expire).UTC().Truncate(time.Second)
-		if err := e.c.Blocklist(ctx, a, e.o.Expire); err != nil {
-			t.err = fmt.Errorf("blocklist failed: %w", err)
-			continue
-		}
-		ok++
-		if e.o.OnBlocklisted != nil {
-			e.notify(r, a, t.expire)
-		}
+		t.expire = when
+		wg.Add(1)
+		go func(a Addr, t *target) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := e.c.Blocklist(ctx, a, e.o.Expire); err != nil {
+				t.err = fmt.Errorf("blocklist failed: %w", err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			ok++
+			if e.o.OnBlocklisted != nil {
+				e.notify(r, a, t.expire)
+			}
+		}(a, t)
 	}
+	wg.Wait()
 	if ok > 0 {
 		if err := e.c.WaitForLatestOSDMap(ctx); err != nil {
 			for _, t := range targets {
