@@ -31,7 +31,9 @@ vet:
 
 # unit: fast tests that need no cluster.
 unit:
-	$(GO) test -tags $(TAGS) -count=1 ./internal/engine/... ./internal/config/... ./internal/hoststep/... ./internal/vmdisk/...
+	$(GO) test -tags $(TAGS) -count=1 ./internal/engine/... ./internal/config/... ./internal/hoststep/... ./internal/audit/... \
+		./internal/collision/... ./internal/doctor/... ./internal/metrics/... ./internal/events/... ./internal/opennebula/... \
+		./internal/domxml/... ./internal/frontend/... ./internal/hook/...
 
 # test: every test, real Ceph, libvirt, QEMU, sshd included (the tests start them).
 test: deps vet build

@@ -107,6 +107,9 @@ func ReadResponse(r io.Reader) (*Response, error) {
 	if err := decode(r, &resp); err != nil {
 		return nil, fmt.Errorf("host step response: %w", err)
 	}
+	if !resp.OK && resp.Error == "" {
+		return nil, fmt.Errorf("host step response: neither ok nor an error")
+	}
 	return &resp, nil
 }
 

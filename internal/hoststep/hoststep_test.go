@@ -26,3 +26,18 @@ func TestReadRequest(t *testing.T) {
 		}
 	}
 }
+
+func TestReadResponse(t *testing.T) {
+	for _, tc := range []struct{ in, err string }{
+		{in: `{"ok":true,"op":"start"}`},
+		{in: `{"ok":false,"op":"start","kind":"ceph","error":"timed out"}`},
+		{in: `null`, err: "neither ok nor an error"},
+		{in: `{}`, err: "neither ok nor an error"},
+		{in: `[1]`, err: "not valid JSON"},
+	} {
+		_, err := ReadResponse(strings.NewReader(tc.in))
+		if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%s: want %q, got %v", tc.in, tc.err, err)
+		}
+	}
+}
