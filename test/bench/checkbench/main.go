@@ -29,22 +29,9 @@ func main() {
 	}
 }
 
-var errFatal = fmt.Errorf("fatal")
-
-// fatalTB lets a program use testenv: Fatal records the error and unwinds.
-type fatalTB struct {
-	err      error
-	cleanups []func()
-}
-
-func (f *fatalTB) Helper()                   {}
-func (f *fatalTB) Cleanup(fn func())         { f.cleanups = append(f.cleanups, fn) }
-func (f *fatalTB) Fatal(a ...any)            { f.err = fmt.Errorf("%s", fmt.Sprint(a...)); panic(errFatal) }
-func (f *fatalTB) Fatalf(s string, a ...any) { f.err = fmt.Errorf(s, a...); panic(errFatal) }
-
 func run(reps int, bin string) error {
-	c, err := startCeph()
-	if err != nil {
+	var c *testenv.Ceph
+	if err := testenv.RunProgram(func(t testenv.T) error { c = testenv.StartCeph(t); return nil }); err != nil {
 		return err
 	}
 	sizes := []int{1, 4, 16, 64}
@@ -102,19 +89,6 @@ func run(reps int, bin string) error {
 		fmt.Printf("%-7d %-16s %-16s %.1fx\n", n, ma.Round(time.Millisecond), mb.Round(time.Millisecond), float64(mb)/float64(ma))
 	}
 	return nil
-}
-
-func startCeph() (c *testenv.Ceph, err error) {
-	t := &fatalTB{}
-	defer func() {
-		if r := recover(); r != nil {
-			if r != errFatal {
-				panic(r)
-			}
-			err = t.err
-		}
-	}()
-	return testenv.StartCeph(t), nil
 }
 
 func timeIt(cmd *exec.Cmd) (time.Duration, error) {

@@ -37,32 +37,13 @@ func main() {
 	}
 }
 
-var errFatal = fmt.Errorf("fatal")
-
-// fatalTB lets a program use testenv: Fatal records the error and unwinds.
-type fatalTB struct {
-	err      error
-	cleanups []func()
-}
-
-func (f *fatalTB) Helper()                   {}
-func (f *fatalTB) Cleanup(fn func())         { f.cleanups = append(f.cleanups, fn) }
-func (f *fatalTB) Fatal(a ...any)            { f.err = fmt.Errorf("%s", fmt.Sprint(a...)); panic(errFatal) }
-func (f *fatalTB) Fatalf(s string, a ...any) { f.err = fmt.Errorf(s, a...); panic(errFatal) }
-
 // setup starts the cluster and builds the binaries through testenv.
 func setup() (c *testenv.Ceph, hookBin string, err error) {
-	t := &fatalTB{}
-	defer func() {
-		if r := recover(); r != nil {
-			if r != errFatal {
-				panic(r)
-			}
-			err = t.err
-		}
-	}()
-	c = testenv.StartCeph(t)
-	return c, testenv.Bin(t, "rbdfence-hook"), nil
+	err = testenv.RunProgram(func(t testenv.T) error {
+		c, hookBin = testenv.StartCeph(t), testenv.Bin(t, "rbdfence-hook")
+		return nil
+	})
+	return c, hookBin, err
 }
 
 type benchCase struct {

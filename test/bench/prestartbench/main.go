@@ -34,41 +34,13 @@ import (
 func main() {
 	reps := flag.Int("reps", 9, "runs per measurement (the median is reported)")
 	flag.Parse()
-	tb := &fatalTB{}
-	err := func() (err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				if r != errFatal {
-					panic(r)
-				}
-				err = tb.err
-			}
-		}()
-		return run(tb, *reps)
-	}()
-	for i := len(tb.cleanups) - 1; i >= 0; i-- {
-		tb.cleanups[i]()
-	}
-	if err != nil {
+	if err := testenv.RunProgram(func(t testenv.T) error { return run(t, *reps) }); err != nil {
 		fmt.Fprintln(os.Stderr, "prestartbench:", err)
 		os.Exit(1)
 	}
 }
 
-var errFatal = fmt.Errorf("fatal")
-
-// fatalTB lets a program use testenv: Fatal records the error and unwinds.
-type fatalTB struct {
-	err      error
-	cleanups []func()
-}
-
-func (f *fatalTB) Helper()                   {}
-func (f *fatalTB) Cleanup(fn func())         { f.cleanups = append(f.cleanups, fn) }
-func (f *fatalTB) Fatal(a ...any)            { f.err = fmt.Errorf("%s", fmt.Sprint(a...)); panic(errFatal) }
-func (f *fatalTB) Fatalf(s string, a ...any) { f.err = fmt.Errorf(s, a...); panic(errFatal) }
-
-func run(tb *fatalTB, reps int) error {
+func run(tb testenv.T, reps int) error {
 	hs := testenv.StartHosts(tb)
 	c := testenv.StartCephNet(tb)
 	prestart, host := testenv.Bin(tb, "prestart"), testenv.Bin(tb, "rbdfence")
