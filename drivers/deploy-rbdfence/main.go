@@ -12,8 +12,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -34,19 +32,5 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err == nil {
 		err = frontend.Deploy(ctx, e, args, stdin)
 	}
-	var (
-		fe *frontend.Error
-		xe *frontend.ExitError
-	)
-	switch {
-	case err == nil:
-		return frontend.ExitOK
-	case errors.As(err, &xe):
-		return xe.Code // its stderr was relayed as it came
-	case errors.As(err, &fe):
-		fmt.Fprintln(stderr, fe.Msg)
-		return fe.Kind.ExitCode()
-	}
-	fmt.Fprintln(stderr, "rbdfence: "+err.Error())
-	return frontend.ExitFailure
+	return frontend.Exit(err, stderr)
 }

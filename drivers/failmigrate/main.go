@@ -14,8 +14,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -38,19 +36,5 @@ func run(ctx context.Context, self string, args []string, stdin io.Reader, stdou
 		e = frontend.BrokenEnv(err, stdout, stderr)
 	}
 	err = frontend.Migrate(ctx, e, "failmigrate", self, args, stdin)
-	var (
-		fe *frontend.Error
-		xe *frontend.ExitError
-	)
-	switch {
-	case err == nil:
-		return frontend.ExitOK
-	case errors.As(err, &xe):
-		return xe.Code // the original's own code; its stderr was relayed
-	case errors.As(err, &fe):
-		fmt.Fprintln(stderr, fe.Msg)
-		return fe.Kind.ExitCode()
-	}
-	fmt.Fprintln(stderr, "rbdfence: "+err.Error())
-	return frontend.ExitFailure
+	return frontend.Exit(err, stderr)
 }

@@ -15,8 +15,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -41,14 +39,5 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		_, err = frontend.Prestart(ctx, e, in)
 	}
-	var fe *frontend.Error
-	switch {
-	case err == nil:
-		return frontend.ExitOK
-	case errors.As(err, &fe):
-		fmt.Fprintln(stderr, fe.Msg)
-		return fe.Kind.ExitCode()
-	}
-	fmt.Fprintln(stderr, "rbdfence: "+err.Error())
-	return frontend.ExitFailure
+	return frontend.Exit(err, stderr)
 }
