@@ -11,7 +11,7 @@ CGO_PKGS  := ./cmd/... $(if $(wildcard hooks/*/main.go),./hooks/...)
 PURE_PKGS := $(if $(wildcard drivers/*/main.go),./drivers/...)
 FUZZTIME  ?= 10s
 
-.PHONY: all build deps test unit vet demo bench fuzz clean cluster-up cluster-down
+.PHONY: all build deps test unit vet demo bench fuzz clean cluster-up cluster-down package
 
 all: build
 
@@ -23,6 +23,10 @@ build:
 	@mkdir -p $(BIN)
 	$(GO) build $(GOFLAGS_CGO) -o $(BIN)/ $(CGO_PKGS)
 	$(if $(PURE_PKGS),CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ $(PURE_PKGS))
+
+# package: .deb and .rpm of rbdfence, rbdfence-frontend and rbdfence-host in dist/.
+package: build
+	bash packaging/package.sh --out dist
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
