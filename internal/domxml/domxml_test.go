@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
@@ -273,7 +274,20 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("<domain"))
 	f.Add([]byte(""))
 	f.Fuzz(func(t *testing.T, doc []byte) {
-		d, err := Parse(doc)
+		type result struct {
+			d   *Domain
+			err error
+		}
+		done := make(chan result, 1)
+		go func() { d, err := Parse(doc); done <- result{d, err} }()
+		var d *Domain
+		var err error
+		select {
+		case r := <-done:
+			d, err = r.d, r.err
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Parse hangs on %q", doc)
+		}
 		if err != nil {
 			if d != nil {
 				t.Fatalf("Parse returned a domain with error %v", err)
