@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -76,6 +77,12 @@ func TestCheckVMAndAll(t *testing.T) {
 	}
 	if strings.Contains(r.stderr, "checking VM") {
 		t.Fatalf("progress must stay off when piped: %q", r.stderr)
+	}
+	// On a terminal (a pty made by script(1)), --all shows its progress.
+	pty := exec.Command("script", "-qfec", testenv.Bin(t, "rbdfence")+" check --config "+cfg+" --all", "/dev/null")
+	out, _ := pty.CombinedOutput()
+	if !strings.Contains(string(out), "checking VM") {
+		t.Fatalf("no progress on a terminal:\n%s", out)
 	}
 	// Unknown VM: a clear one-line error.
 	r = rbdfence(t, "", "check", "--config", cfg, "--vm", "999999")
