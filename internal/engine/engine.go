@@ -126,6 +126,18 @@ type Report struct {
 	Errors   int            `json:"errors"`
 }
 
+// Merge adds o's images, recorded addresses and counts to r (disks of one VM
+// reached through different Ceph access).
+func (r *Report) Merge(o *Report) {
+	if o == nil {
+		return
+	}
+	r.Images = append(r.Images, o.Images...)
+	r.Recorded = append(r.Recorded, o.Recorded...)
+	r.Fenced += o.Fenced
+	r.Errors += o.Errors
+}
+
 // Err returns nil when every image was inspected and every fence completed,
 // otherwise an error naming what failed.
 func (r *Report) Err() error {

@@ -115,11 +115,8 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 	if err == nil && (req.Op == hoststep.OpStart || req.Op == hoststep.OpCheck) && !resp.Handover {
 		for _, g := range groups[1:] {
 			r, gerr := fenceGroup(ctx, g, opts, req.Op == hoststep.OpCheck)
-			if resp.Report != nil && r != nil {
-				resp.Report.Images = append(resp.Report.Images, r.Images...)
-				resp.Report.Recorded = append(resp.Report.Recorded, r.Recorded...)
-				resp.Report.Fenced += r.Fenced
-				resp.Report.Errors += r.Errors
+			if resp.Report != nil {
+				resp.Report.Merge(r)
 			}
 			if gerr != nil {
 				err = gerr

@@ -38,12 +38,7 @@ func FenceDisks(ctx context.Context, cfg *config.Config, disks []vmdisk.Disk, ru
 	report := &engine.Report{Images: []engine.ImageReport{}}
 	for _, g := range groups {
 		r, gerr := fenceGroup(ctx, g, opts, false)
-		if r != nil {
-			report.Images = append(report.Images, r.Images...)
-			report.Recorded = append(report.Recorded, r.Recorded...)
-			report.Fenced += r.Fenced
-			report.Errors += r.Errors
-		}
+		report.Merge(r)
 		if gerr != nil {
 			err = gerr
 			break
