@@ -21,6 +21,10 @@
 # uses the built-in defaults otherwise (Ceph access from the domain's disks
 # and /etc/ceph/ceph.client.libvirt.keyring).
 #
+# --hook-bin PATH uses a hook binary that is already installed (the
+# packages: /usr/lib/rbdfence/bin/rbdfence-hook) instead of copying one to
+# /usr/local/libexec; PATH is written as the installed system sees it.
+#
 # --domains REGEX limits the hook to domains whose name matches (e.g.
 # '^one-[0-9]+$' on a host that also runs domains OpenNebula does not
 # manage); by default every domain with RBD disks is protected.
@@ -41,9 +45,10 @@ CONFIG=""
 LEGACY=0
 DOMAINS=""
 UNINSTALL=0
+HOOK_BIN=""
 
 usage() {
-	echo "usage: install.sh host [--prefix DIR] [--config PATH] [--legacy] [--domains REGEX] [--uninstall]" >&2
+	echo "usage: install.sh host [--prefix DIR] [--config PATH] [--legacy] [--domains REGEX] [--hook-bin PATH] [--uninstall]" >&2
 	exit 2
 }
 log() { echo "install-host: $*" >&2; }
@@ -85,6 +90,15 @@ while [[ $# -gt 0 ]]; do
 		LEGACY=1
 		shift
 		;;
+	--hook-bin)
+		[[ $# -ge 2 ]] || usage
+		HOOK_BIN=$2
+		shift 2
+		;;
+	--hook-bin=*)
+		HOOK_BIN=${1#*=}
+		shift
+		;;
 	--uninstall)
 		UNINSTALL=1
 		shift
@@ -108,6 +122,15 @@ fi
 
 BIN_DIR=$PREFIX/usr/local/libexec/rbdfence
 BIN_DST=$BIN_DIR/rbdfence-hook
+# BIN_RUN is the path the wrapper runs. With --hook-bin PATH (the packages:
+# /usr/lib/rbdfence/bin/rbdfence-hook) the binary is already in place and
+# PATH is written as the installed system sees it, also under --prefix
+# (dpkg --root); nothing is copied to /usr/local.
+BIN_RUN=$BIN_DST
+if [[ -n $HOOK_BIN ]]; then
+	[[ $HOOK_BIN == /* ]] || die "--hook-bin must be an absolute path, got '$HOOK_BIN'"
+	BIN_RUN=$HOOK_BIN
+fi
 HOOKS=$PREFIX/etc/libvirt/hooks
 QEMU_D=$HOOKS/qemu.d
 ENTRY=$QEMU_D/10-rbdfence
@@ -275,7 +298,7 @@ write_wrapper() {
 		else
 			echo "# Config: /etc/one/rbdfence.yaml when present, built-in defaults otherwise."
 		fi
-		printf 'exec %s' "$(sq "$BIN_DST")"
+		printf 'exec %s' "$(sq "$BIN_RUN")"
 		[[ -n $CONFIG ]] && printf ' --config %s' "$(sq "$CONFIG")"
 		[[ -n $DOMAINS ]] && printf ' --domains %s' "$(sq "$DOMAINS")"
 		printf ' -- "$@"\n'
@@ -303,7 +326,7 @@ write_chain() {
 		# $(cat; echo x) keeps trailing newlines; the x is cut off again.
 		echo 'input=$(cat; echo x)'
 		echo 'input=${input%x}'
-		printf 'printf %%s "$input" | %s' "$(sq "$BIN_DST")"
+		printf 'printf %%s "$input" | %s' "$(sq "$BIN_RUN")"
 		[[ -n $CONFIG ]] && printf ' --config %s' "$(sq "$CONFIG")"
 		[[ -n $DOMAINS ]] && printf ' --domains %s' "$(sq "$DOMAINS")"
 		printf ' -- "$@" >/dev/null\n'
@@ -336,8 +359,12 @@ lock_state() {
 }
 
 do_install() {
-	local src mode had_hook=0 v
-	src=$(source_binary)
+	local src="" mode had_hook=0 v
+	if [[ -n $HOOK_BIN ]]; then
+		[[ -x $PREFIX$HOOK_BIN ]] || die "--hook-bin $HOOK_BIN: $PREFIX$HOOK_BIN is not an executable"
+	else
+		src=$(source_binary)
+	fi
 	if ((LEGACY)); then
 		mode=legacy
 	else
@@ -371,7 +398,7 @@ do_install() {
 		done
 	fi
 
-	put "$src" "$BIN_DST" 0755
+	[[ -z $src ]] || put "$src" "$BIN_DST" 0755
 	if [[ $mode == qemu.d ]]; then
 		write_wrapper "$ENTRY"
 	else
@@ -385,7 +412,7 @@ do_install() {
 		fi
 		write_chain
 	fi
-	log "installed $BIN_DST and $([[ $mode == qemu.d ]] && echo "$ENTRY" || echo "$LEGACY_HOOK (chain)")"
+	log "installed $BIN_RUN and $([[ $mode == qemu.d ]] && echo "$ENTRY" || echo "$LEGACY_HOOK (chain)")"
 	if ((!had_hook)) && [[ -z $PREFIX ]] && pgrep -x 'libvirtd|virtqemud' >/dev/null 2>&1; then
 		log "warning: libvirtd found no qemu hook when it started, so it will not run this one" \
 			"until it is restarted (systemctl restart libvirtd)"

@@ -116,13 +116,13 @@ func (r *root) wantHost(bin string) {
 	hook := readFile(r.t, filepath.Join(bin, "rbdfence-hook"))
 	r.wantFile("usr/lib/rbdfence/bin/rbdfence-hook", 0o755, hook)
 	r.wantFile("usr/lib/rbdfence/packaging/install-host.sh", 0o755, readFile(r.t, filepath.Join(testenv.Root(), "packaging/install-host.sh")))
-	r.wantFile(hookCopy, 0o755, hook)
 	r.wantFile(hookWrapper, 0o755, nil)
-	// The wrapper runs the installed copy of the hook (install-host.sh writes
-	// the path with its --prefix, here $DPKG_ROOT) and reads the default config.
+	r.wantGone(hookCopy) // the package's binary runs in place: nothing under /usr/local
+	// The wrapper runs the packaged hook by the path the installed system
+	// sees (not under $DPKG_ROOT) and reads the default config.
 	w := string(r.read(hookWrapper))
-	if !strings.HasPrefix(w, "#!/bin/sh\n") || !strings.Contains(w, "exec '"+r.path(hookCopy)+"' -- \"$@\"\n") {
-		r.t.Fatalf("%s does not run %s:\n%s", hookWrapper, r.path(hookCopy), w)
+	if !strings.HasPrefix(w, "#!/bin/sh\n") || !strings.Contains(w, "exec '/usr/lib/rbdfence/bin/rbdfence-hook' -- \"$@\"\n") {
+		r.t.Fatalf("%s does not run /usr/lib/rbdfence/bin/rbdfence-hook:\n%s", hookWrapper, w)
 	}
 	r.wantOriginals("etc/libvirt/")
 }

@@ -57,7 +57,11 @@ fi
 fresh=1
 [ -d "$state" ] && fresh=0
 
-if installer; then
+# The host role runs the packaged hook binary in place (no copy to /usr/local).
+extra=""
+[ "$role" = host ] && extra="--hook-bin /usr/lib/rbdfence/bin/rbdfence-hook"
+# shellcheck disable=SC2086
+if installer $extra; then
 	if [ "$role" = frontend ]; then
 		say "the oned.conf change above is yours to make (or run: $lib/install.sh frontend${root:+ --prefix $root} --apply); on every KVM host install rbdfence-host."
 	fi
