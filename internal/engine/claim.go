@@ -331,17 +331,22 @@ type MigrationOutcome int
 
 // Outcomes.
 const (
-	Migrated MigrationOutcome = iota // postmigrate: the VM runs on dst
-	Failed                           // failmigrate: the VM keeps running on src
+	Migrated MigrationOutcome = iota // postmigrate (on dst): the VM runs on dst
+	Failed                           // failmigrate (on dst): the VM keeps running on src
+	// FailedFromSource is failmigrate run on src because dst cannot be
+	// reached: every client not on src is fenced (the copy on dst with it).
+	FailedFromSource
 )
 
 // CloseWindow closes the handover window and fences the loser of a migration.
-// It must run on dst, with dstIPs the addresses of dst's own interfaces:
-// Migrated fences every lock owner that is not on dst and records dst's
-// clients as the running instance; Failed fences every client on dst (a copy
-// that "failed" but runs) and keeps src as the claim's host.
-func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst string, dstIPs []netip.Addr, outcome MigrationOutcome) (*ClaimResult, error) {
-	scope := Scope{HostIPs: dstIPs}
+// It runs on one of the two hosts, hereIPs being that host's own addresses:
+// Migrated (on dst) fences every lock owner that is not on dst and records
+// dst's clients as the running instance; Failed (on dst) fences every client
+// on dst (a copy that "failed" but runs) and keeps src as the claim's host;
+// FailedFromSource (on src, when dst cannot be reached) fences every client
+// that is not on src and keeps src.
+func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst string, hereIPs []netip.Addr, outcome MigrationOutcome) (*ClaimResult, error) {
+	scope := Scope{HostIPs: hereIPs}
 	res := &ClaimResult{}
 	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
 		res.Previous = prev
@@ -353,6 +358,12 @@ func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst 
 		case Migrated:
 			scope.Kind, scope.LockersOnly = ScopeOffHost, true
 			next.Host = dst
+		case FailedFromSource:
+			scope.Kind = ScopeOffHost
+			next.Host = src
+			if prev != nil {
+				next.Addrs = prev.Addrs
+			}
 		default:
 			scope.Kind = ScopeOnHost
 			next.Host = src

@@ -282,6 +282,23 @@ func TestMigration(t *testing.T) {
 			t.Fatalf("claim after failmigrate: %+v", res.Claim)
 		}
 	})
+	t.Run("failmigrate from the source when dst is unreachable", func(t *testing.T) {
+		dst3 := f.Open(im, "10.0.0.2", true)
+		srcIPs := []netip.Addr{netip.MustParseAddr("10.0.0.1")}
+		res, err := e.CloseWindow(ctx, who("src", 1, engine.SourceFrontend), []engine.Image{im}, "src", "dst", srcIPs, engine.FailedFromSource)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := f.Blocklisted(dst3); !ok {
+			t.Fatal("the copy off the source must be fenced")
+		}
+		if _, ok := f.Blocklisted(srcC); ok {
+			t.Fatal("the source must be kept")
+		}
+		if res.Claim.Host != "src" {
+			t.Fatalf("claim: %+v", res.Claim)
+		}
+	})
 	t.Run("postmigrate fences a lock owner off dst", func(t *testing.T) {
 		dst2 := f.Open(im, "10.0.0.2", false)
 		res, err := e.CloseWindow(ctx, who("dst", 1, engine.SourceFrontend), []engine.Image{im}, "src", "dst", dstIPs, engine.Migrated)

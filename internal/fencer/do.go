@@ -99,7 +99,11 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 	case hoststep.OpPostmigrate:
 		res, err = sess.Engine.CloseWindow(ctx, who, groups[0].Images, req.Src, req.Dst, ips, engine.Migrated)
 	case hoststep.OpFailmigrate:
-		res, err = sess.Engine.CloseWindow(ctx, who, groups[0].Images, req.Src, req.Dst, ips, engine.Failed)
+		outcome := engine.Failed
+		if req.Host == req.Src && req.Src != req.Dst {
+			outcome = engine.FailedFromSource // dst unreachable: fence all that is not here
+		}
+		res, err = sess.Engine.CloseWindow(ctx, who, groups[0].Images, req.Src, req.Dst, ips, outcome)
 	default:
 		return fail(fmt.Errorf("unknown op %q", req.Op))
 	}

@@ -77,6 +77,8 @@
 //     own and the next start elsewhere fences the recorded addresses.
 //   - failmigrate: oned ignores the result (a no-fail rollback step). The
 //     original's non-zero code wins; otherwise our failure exits non-zero so
-//     the VM log shows it. A destination that cannot be reached over ssh
-//     cannot be fenced from here: the error says so.
+//     the VM log shows it. When the destination cannot be reached over ssh
+//     the step runs on the source instead and fences every client of the
+//     VM's images that is not on the source (the copy included); only when
+//     neither host answers does the error say that nothing was fenced.
 package frontend

@@ -109,8 +109,9 @@ func (e *Env) loadMigration(ctx context.Context, op string, args []string, stdin
 
 // step runs op (premigrate on the source, or the front-end with remote:
 // local; postmigrate and failmigrate on the destination, where the host's
-// own addresses tell its clients apart), records audit and events, and
-// returns a *Error when the step did not succeed.
+// own addresses tell its clients apart; failmigrate on the source when the
+// destination cannot be reached), records audit and events, and returns a
+// *Error when the step did not succeed.
 func (e *Env) step(ctx context.Context, m *migration, op string) error {
 	a := m.a
 	host, pl := a.Dst, onHost
@@ -122,6 +123,14 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(e.Cfg.Timeouts.Total))
 	defer cancel()
 	resp, err := e.hostStep(ctx, host, req, pl)
+	if err != nil && op == hoststep.OpFailmigrate && a.Src != a.Dst {
+		// The destination cannot be reached (often the very partition that
+		// made the migration "fail"): fence from the source every client of
+		// the VM's images that is not on the source; that includes the copy.
+		e.Log.Error("VM %d: %v; fencing from the source %s every client that is not on it", a.VM, err, a.Src)
+		req.Host = a.Src
+		resp, err = e.hostStep(ctx, a.Src, req, onHost)
+	}
 	if err != nil {
 		return err
 	}

@@ -5,12 +5,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rbdfence/rbdfence/test/testenv"
 )
 
 // TestSSHHopFails: the host cannot be reached over ssh. The start is refused
 // (fail closed) with one plain line, within the ssh timeout, and the remote
 // deploy never runs; a failmigrate whose destination cannot be reached
-// reports it and still runs the original TM script.
+// fences the copy from the source and still runs the original TM script.
 func TestSSHHopFails(t *testing.T) {
 	f := setup(t)
 	const dead = "nosuchhost.invalid"
@@ -22,12 +24,33 @@ func TestSSHHopFails(t *testing.T) {
 		t.Fatalf("refusal took %s", r.took)
 	}
 
-	args := []string{f.hs.A.Name, dead, fmt.Sprintf("/var/lib/one//datastores/0/%d", vm), fmt.Sprint(vm), "0"}
-	r = f.tmRun("failmigrate", f.vmXML64(vm), args...) // checks the original ran, same args and stdin
-	if r.code == 0 {
-		t.Fatalf("failmigrate with an unreachable destination must not report success:\n%s", r.stderr)
+	// failmigrate whose destination cannot be reached over ssh (here: host
+	// B by its bare IP, which our ssh config has no key for) while the
+	// "failed" migration's copy runs there: the step falls back to the source
+	// and fences every client that is not on it. The source is kept.
+	vm2, specs2 := f.newVM(f.hs.A.Name, 1, "persistent")
+	if r := f.deployVM(vm2, 1, f.hs.A.Name, specs2); r.code != 0 {
+		t.Fatalf("deploy: %d\n%s", r.code, r.stderr)
 	}
-	if !strings.Contains(r.stderr, fmt.Sprintf("VM %d", vm)) || !strings.Contains(r.stderr, dead) {
-		t.Fatalf("failmigrate must say which VM and host it could not reach:\n%s", r.stderr)
+	src := testenv.StartZombieOn(t, f.ceph, f.hs.A, specs2[0].image, "write")
+	src.WaitWrite(t, true, 30*time.Second)
+	unreachable := f.hs.B.IP
+	f.migrating(vm2, 1, f.hs.A.Name, unreachable, specs2)
+	copyOnB := testenv.StartZombieOn(t, f.ceph, f.hs.B, specs2[0].image, "write")
+	copyOnB.WaitWrite(t, true, 30*time.Second)
+	args := []string{f.hs.A.Name, unreachable, fmt.Sprintf("/var/lib/one//datastores/0/%d", vm2), fmt.Sprint(vm2), "0"}
+	r = f.tmRun("failmigrate", f.vmXML64(vm2), args...) // also checks the original ran with the same args and stdin
+	if r.code != 0 {
+		t.Fatalf("failmigrate with the source reachable: exit %d\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "fencing from the source") {
+		t.Fatalf("the fallback must be logged:\n%s", r.stderr)
+	}
+	if ev := copyOnB.WaitWrite(t, false, 30*time.Second); ev.Errno != 108 {
+		t.Fatalf("the copy on the unreachable destination: errno %d, want 108", ev.Errno)
+	}
+	src.WaitWrite(t, true, 30*time.Second)
+	if _, ok := f.ceph.BlocklistEntries(t)[src.Addr]; ok {
+		t.Fatal("the source was fenced")
 	}
 }
