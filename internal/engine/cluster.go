@@ -14,7 +14,8 @@ type Image struct {
 	Name      string `json:"name"`
 	// Shareable images may have several writers: clients are reported, never fenced.
 	Shareable bool `json:"shareable,omitempty"`
-	// ReadOnly images are not written by the VM; foreign clients are still fenced.
+	// ReadOnly images are not written by the VM; their clients are reported
+	// (decision "readonly"), never fenced.
 	ReadOnly bool `json:"readonly,omitempty"`
 }
 

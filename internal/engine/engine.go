@@ -68,6 +68,7 @@ const (
 	DecideHandover    Decision = "handover" // migration window open: reported
 	DecideRecorded    Decision = "recorded" // previous instance's recorded address: fenced
 	DecideInstance    Decision = "instance" // the VM's running instance (recorded in its claim): kept
+	DecideReadOnly    Decision = "readonly" // a writer of an image the VM only reads: reported
 )
 
 // Action says what was done to a client.
@@ -335,6 +336,11 @@ func (e *Engine) classify(img Image, cl Clients, scope Scope, handover bool) []C
 			c.Decision = DecideHandover
 		case img.Shareable:
 			c.Decision = DecideShareable
+		case img.ReadOnly:
+			// The VM does not write this image (a CD-ROM, a read-only
+			// disk): a writer there is reported, not fenced; it may be
+			// another VM's legitimate use of the image.
+			c.Decision = DecideReadOnly
 		case e.allowed(a):
 			c.Decision = DecideAllowlisted
 		case !a.Exact():

@@ -51,6 +51,7 @@ func TestFenceDecisions(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		shareable bool
+		readonly  bool
 		ip        string
 		lock      bool
 		scope     engine.Scope
@@ -62,6 +63,7 @@ func TestFenceDecisions(t *testing.T) {
 		{name: "idle watcher", ip: "10.0.0.5", decision: engine.DecideFence, action: engine.ActBlocklisted, listed: true},
 		{name: "allowlisted", ip: "10.9.1.1", lock: true, decision: engine.DecideAllowlisted, action: engine.ActNone},
 		{name: "shareable", shareable: true, ip: "10.0.0.5", lock: true, decision: engine.DecideShareable, action: engine.ActNone},
+		{name: "readonly disk: writer reported", readonly: true, ip: "10.0.0.5", lock: true, decision: engine.DecideReadOnly, action: engine.ActNone},
 		{name: "on host in scope", ip: "10.0.0.5", scope: engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}},
 			decision: engine.DecideFence, action: engine.ActBlocklisted, listed: true},
 		{name: "on host out of scope", ip: "10.0.0.6", scope: engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}},
@@ -74,7 +76,7 @@ func TestFenceDecisions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := enginetest.NewFake()
 			im := img("a")
-			im.Shareable = tc.shareable
+			im.Shareable, im.ReadOnly = tc.shareable, tc.readonly
 			f.CreateImage(im)
 			a := f.Open(im, tc.ip, tc.lock)
 			e := engine.New(f, engine.Options{Allow: []netip.Prefix{allow}, Expire: time.Hour})
