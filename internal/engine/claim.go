@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -22,6 +23,10 @@ type Claim struct {
 	Seq int `json:"seq"`
 	// Host is where the admitted instance runs (or is starting).
 	Host string `json:"host"`
+	// HostAddrs are Host's own addresses, recorded when the step ran on Host:
+	// the libvirt hook recognises its host by them even when OpenNebula
+	// names the host differently (an IP, an FQDN) from its host_name.
+	HostAddrs []netip.Addr `json:"host_addrs,omitempty"`
 	// Source is who wrote the claim: "frontend", "hook" or "cli".
 	Source string `json:"source"`
 	// State is "starting", "running" or "migrating".
@@ -64,6 +69,46 @@ type Who struct {
 	Source string
 	Run    string // unique id of this run
 	Pool   string // pool that holds the claim object
+	// HostIPs are the addresses Ceph sees for clients of the machine running
+	// this step when it is Host itself (empty when the step runs elsewhere,
+	// e.g. on the front-end). Only global unicast addresses identify a host.
+	HostIPs []netip.Addr
+}
+
+// sameHost reports whether the claim's host is the host w runs on: the same
+// name (case-insensitive, or the same first label: "node1" and
+// "node1.example.com"), or a shared address.
+func sameHost(c *Claim, w Who) bool {
+	if c == nil {
+		return false
+	}
+	if strings.EqualFold(c.Host, w.Host) || (shortName(c.Host) != "" && strings.EqualFold(shortName(c.Host), shortName(w.Host))) {
+		return true
+	}
+	for _, a := range c.HostAddrs {
+		for _, b := range w.HostIPs {
+			if a == b && a.IsGlobalUnicast() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// shortName is a host name's first label ("" for an IP address).
+func shortName(h string) string {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return ""
+	}
+	short, _, _ := strings.Cut(h, ".")
+	return short
+}
+
+// mark records w's addresses in c when c's host is w's own.
+func (w Who) mark(c *Claim) {
+	if len(w.HostIPs) > 0 && strings.EqualFold(c.Host, w.Host) {
+		c.HostAddrs = w.HostIPs
+	}
 }
 
 func (w Who) cookie() string {
@@ -160,6 +205,7 @@ func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim) (*Claim, e
 		if err != nil {
 			return nil, fmt.Errorf("VM %d: cannot write claim %s/%s: %w", w.VM, w.Pool, oid, err)
 		}
+		w.mark(next)
 		return next, nil
 	}
 	return nil, fmt.Errorf("VM %d: claim %s/%s kept changing under us; retry", w.VM, w.Pool, oid)
@@ -173,9 +219,9 @@ func admit(w Who, prev *Claim, now time.Time) error {
 	switch {
 	case w.Seq >= 0 && prev.Seq > w.Seq:
 		return &NewerDeployError{VM: w.VM, Ours: w.Seq, Recorded: *prev}
-	case w.Seq >= 0 && prev.Seq == w.Seq && prev.Host != w.Host:
+	case w.Seq >= 0 && prev.Seq == w.Seq && !sameHost(prev, w):
 		return &ClaimedElsewhereError{VM: w.VM, Host: w.Host, Recorded: *prev}
-	case w.Seq < 0 && prev.Seq >= 0 && prev.Source == SourceFrontend && prev.Host != w.Host:
+	case w.Seq < 0 && prev.Seq >= 0 && prev.Source == SourceFrontend && !sameHost(prev, w):
 		// The front-end assigned this deploy to another host: a start here is stale.
 		return &ClaimedElsewhereError{VM: w.VM, Host: w.Host, Recorded: *prev}
 	}
@@ -198,7 +244,7 @@ func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*
 			return nil, err
 		}
 		seq := w.Seq
-		if seq < 0 && prev != nil && prev.Host == w.Host {
+		if seq < 0 && sameHost(prev, w) {
 			seq = prev.Seq // the hook continues the deploy the front-end claimed
 		}
 		next := &Claim{Seq: seq, Host: w.Host, Source: w.Source, State: StateStarting}
@@ -217,9 +263,11 @@ func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*
 				return nil, err // claim not written: the next try fences again
 			}
 		}
-		if prev != nil && prev.Source == SourceFrontend && w.Source == SourceHook && prev.Host == w.Host {
+		if prev != nil && prev.Source == SourceFrontend && w.Source == SourceHook && sameHost(prev, w) {
+			next.Host = prev.Host        // keep OpenNebula's name for the host
 			next.Source = SourceFrontend // keep the front-end's authority over this deploy
 		}
+		w.mark(next)
 		return next, nil
 	})
 	if written != nil {
@@ -281,7 +329,8 @@ func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (
 			if next.Seq < 0 {
 				next.Seq = prev.Seq
 			}
-			if prev.Source == SourceFrontend && prev.Host == w.Host {
+			if prev.Source == SourceFrontend && sameHost(prev, w) {
+				next.Host = prev.Host
 				next.Source = SourceFrontend
 			}
 		}
@@ -295,6 +344,7 @@ func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (
 			}
 		}
 		sort.Slice(next.Addrs, func(i, j int) bool { return next.Addrs[i].String() < next.Addrs[j].String() })
+		w.mark(next)
 		return next, nil
 	})
 	if written != nil {
@@ -318,6 +368,7 @@ func (e *Engine) OpenWindow(ctx context.Context, w Who, src, dst string, ttl tim
 		}
 		now := e.now().UTC()
 		next.Window = &Window{Src: src, Dst: dst, Opened: now, Expires: now.Add(ttl)}
+		w.mark(next)
 		return next, nil
 	})
 	if written != nil {
@@ -361,14 +412,14 @@ func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst 
 		case FailedFromSource:
 			scope.Kind = ScopeOffHost
 			next.Host = src
-			if prev != nil {
-				next.Addrs = prev.Addrs
-			}
 		default:
 			scope.Kind = ScopeOnHost
 			next.Host = src
-			if prev != nil {
-				next.Addrs = prev.Addrs
+		}
+		if outcome != Migrated && prev != nil {
+			next.Addrs = prev.Addrs
+			if strings.EqualFold(prev.Host, src) {
+				next.HostAddrs = prev.HostAddrs
 			}
 		}
 		res.Report = e.Fence(ctx, imgs, scope, nil)
@@ -385,6 +436,7 @@ func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst 
 				}
 			}
 		}
+		w.mark(next)
 		return next, nil
 	})
 	if written != nil {
@@ -445,7 +497,8 @@ func (e *Engine) WriteClaim(ctx context.Context, w Who, c Claim) error {
 
 // inWindow reports whether an open handover window admits host as destination.
 func inWindow(c *Claim, host string, now time.Time) bool {
-	return c != nil && c.Window != nil && c.Window.Dst == host && now.Before(c.Window.Expires)
+	return c != nil && c.Window != nil && now.Before(c.Window.Expires) &&
+		(strings.EqualFold(c.Window.Dst, host) || (shortName(host) != "" && strings.EqualFold(shortName(c.Window.Dst), shortName(host))))
 }
 
 func appendUnique(as []Addr, a Addr) []Addr {

@@ -399,3 +399,47 @@ func TestCheckStartTakesNoLease(t *testing.T) {
 		t.Fatal("a dry run must report that an older deploy would be refused")
 	}
 }
+
+func TestHookRecognisesItsHost(t *testing.T) {
+	ip := func(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s)} }
+	for _, tc := range []struct {
+		name     string
+		fe       engine.Who // the front-end's claim
+		hook     engine.Who
+		admitted bool
+	}{
+		{"registered by IP, step ran on the host", engine.Who{Host: "10.0.0.5", HostIPs: ip("10.0.0.5")}, engine.Who{Host: "node1", HostIPs: ip("10.0.0.5")}, true},
+		{"FQDN vs short name", engine.Who{Host: "node1.example.com"}, engine.Who{Host: "node1", HostIPs: ip("10.0.0.5")}, true},
+		{"case", engine.Who{Host: "Node1"}, engine.Who{Host: "node1"}, true},
+		{"another host", engine.Who{Host: "10.0.0.5", HostIPs: ip("10.0.0.5")}, engine.Who{Host: "node2", HostIPs: ip("10.0.0.6")}, false},
+		{"loopback is no identity", engine.Who{Host: "a", HostIPs: ip("127.0.0.1")}, engine.Who{Host: "b", HostIPs: ip("127.0.0.1")}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := enginetest.NewFake()
+			im := img("a")
+			f.CreateImage(im)
+			e := engine.New(f, engine.Options{})
+			fe := tc.fe
+			fe.VM, fe.Seq, fe.Source, fe.Run, fe.Pool = 42, 3, engine.SourceFrontend, "fe", "one"
+			if _, err := e.Start(ctx, fe, []engine.Image{im}, false); err != nil {
+				t.Fatal(err)
+			}
+			hk := tc.hook
+			hk.VM, hk.Seq, hk.Source, hk.Run, hk.Pool = 42, -1, engine.SourceHook, "hk", "one"
+			res, err := e.Start(ctx, hk, []engine.Image{im}, false)
+			if tc.admitted {
+				if err != nil {
+					t.Fatalf("the hook on the front-end's host must be admitted: %v", err)
+				}
+				if res.Claim.Host != fe.Host || res.Claim.Seq != 3 || res.Claim.Source != engine.SourceFrontend {
+					t.Fatalf("the hook must continue the front-end's deploy under its name: %+v", res.Claim)
+				}
+				return
+			}
+			var el *engine.ClaimedElsewhereError
+			if !errors.As(err, &el) {
+				t.Fatalf("want ClaimedElsewhereError, got %v", err)
+			}
+		})
+	}
+}

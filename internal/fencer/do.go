@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
@@ -79,6 +80,7 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 		pool = groups[0].Images[0].Pool
 	}
 	who := engine.Who{VM: req.VM, Seq: req.Seq, Host: req.Host, Source: req.Source, Run: req.Run, Pool: pool}
+
 	meta := audit.Meta{Run: req.Run, Op: req.Op, VM: req.VM, Host: req.Host}
 
 	sess, err := Open(ctx, groups[0].Access, opts)
@@ -86,6 +88,19 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 		return fail(err)
 	}
 	defer sess.Close()
+	if !req.Local {
+		// This step runs on req.Host: the address Ceph sees for its clients
+		// identifies the host in the claim, whatever name OpenNebula or
+		// host_name give it. (Not the interface list: virbr0's 192.168.122.1
+		// is on every libvirt host.)
+		seen := map[netip.Addr]bool{}
+		for _, a := range sess.Cluster.OwnAddrs() {
+			if a.IP.IsGlobalUnicast() && !seen[a.IP] {
+				seen[a.IP] = true
+				who.HostIPs = append(who.HostIPs, a.IP)
+			}
+		}
+	}
 	var res *engine.ClaimResult
 	switch req.Op {
 	case hoststep.OpCheck:

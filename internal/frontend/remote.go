@@ -236,6 +236,9 @@ func (e *Env) hostStep(ctx context.Context, host string, req *hoststep.Request, 
 			argv = append(argv, "--config", e.ConfigPath)
 		}
 		where = "the front-end (opennebula.remote: local)"
+		local := *req
+		local.Local = true // the front-end's addresses are not the host's
+		req = &local
 	} else {
 		var err error
 		argv, err = e.sshArgv(host, e.hostCommand())

@@ -36,6 +36,9 @@ type Request struct {
 	Run    string        `json:"run"`
 	Source string        `json:"source"`
 	Disks  []vmdisk.Disk `json:"disks"`
+	// Local is set when the step runs on the front-end instead of on Host
+	// (opennebula.remote: local): its own addresses do not identify Host.
+	Local bool `json:"local,omitempty"`
 }
 
 // Validate checks the request's shape.
