@@ -16,25 +16,16 @@ import (
 	"context"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/rbdfence/rbdfence/internal/frontend"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	code := run(ctx, frontend.SelfPath(os.Args[0]), os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	frontend.Main(func(ctx context.Context) int {
+		return run(ctx, frontend.SelfPath(os.Args[0]), os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	})
 }
 
 func run(ctx context.Context, self string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e, err := frontend.LoadEnv("", stdout, stderr)
-	if err != nil {
-		// rbdfence cannot act without its config, but the original must run.
-		e = frontend.BrokenEnv(err, stdout, stderr)
-	}
-	err = frontend.Migrate(ctx, e, "premigrate", self, args, stdin)
-	return frontend.Exit(err, stderr)
+	return frontend.RunMigrate(ctx, "premigrate", self, args, stdin, stdout, stderr)
 }

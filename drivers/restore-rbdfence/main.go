@@ -14,23 +14,16 @@ import (
 	"context"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/rbdfence/rbdfence/internal/frontend"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	frontend.Main(func(ctx context.Context) int {
+		return run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	})
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e, err := frontend.LoadEnv("", stdout, stderr)
-	if err == nil {
-		err = frontend.Restore(ctx, e, args, stdin)
-	}
-	return frontend.Exit(err, stderr)
+	return frontend.RunAction(ctx, frontend.Restore, args, stdin, stdout, stderr)
 }

@@ -1,9 +1,13 @@
 package frontend
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
 )
 
 // Exit maps a driver's error to its exit code and writes the one stderr line
@@ -25,4 +29,36 @@ func Exit(err error, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stderr, "rbdfence: "+err.Error())
 	return ExitFailure
+}
+
+// Main runs a driver's body with SIGTERM/SIGINT cancelling its context and
+// exits with the code it returns.
+func Main(body func(ctx context.Context) int) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	code := body(ctx)
+	stop()
+	os.Exit(code)
+}
+
+// Action is a driver action: Deploy or Restore.
+type Action func(ctx context.Context, e *Env, args []string, stdin io.Reader) error
+
+// RunAction is a VMM wrapper's whole run: load the config, do the action,
+// map the result to the exit code.
+func RunAction(ctx context.Context, act Action, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e, err := LoadEnv("", stdout, stderr)
+	if err == nil {
+		err = act(ctx, e, args, stdin)
+	}
+	return Exit(err, stderr)
+}
+
+// RunMigrate is a TM wrapper's whole run for op. Without a usable config
+// rbdfence cannot act, but the original script still runs.
+func RunMigrate(ctx context.Context, op, self string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e, err := LoadEnv("", stdout, stderr)
+	if err != nil {
+		e = BrokenEnv(err, stdout, stderr)
+	}
+	return Exit(Migrate(ctx, e, op, self, args, stdin), stderr)
 }
