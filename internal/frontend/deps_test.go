@@ -9,8 +9,9 @@ import (
 	"testing"
 )
 
-// The front-end drivers must build without cgo and never pull in go-ceph:
-// a front-end may have no Ceph libraries.
+// The front-end drivers (and with them internal/opennebula, events and
+// collision) and the oned stand-in must build without cgo and never pull in
+// go-ceph: a front-end may have no Ceph libraries.
 func TestDriversArePureGo(t *testing.T) {
 	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(gobin); err != nil {
@@ -28,7 +29,7 @@ func TestDriversArePureGo(t *testing.T) {
 	}
 	env := append(os.Environ(), "CGO_ENABLED=0")
 	list := exec.Command(gobin, "list", "-e", "-deps", "-f", "{{.ImportPath}}{{if .Error}} ERROR: {{.Error}}{{end}}{{if .CgoFiles}} CGO{{end}}",
-		"./drivers/...", "./internal/frontend")
+		"./drivers/...", "./internal/frontend", "./test/onedsim/cmd/onedsim")
 	list.Dir, list.Env = root, env
 	out, err := list.CombinedOutput()
 	if err != nil {

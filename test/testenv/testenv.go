@@ -339,3 +339,44 @@ func (z *Zombie) Stop() {
 		<-done
 	}
 }
+
+// EnsureImages makes sure the named images exist in the test pool (creating
+// the missing ones, 8 at a time) and returns their "pool/name" specs. They are
+// kept between runs: benchmarks use them, and creating hundreds is slow.
+func (c *Ceph) EnsureImages(t T, names []string, size string) []string {
+	t.Helper()
+	existing := map[string]bool{}
+	out, _ := exec.Command("rbd", "-c", c.AdminConf, "ls", c.Pool).Output()
+	for _, l := range strings.Fields(string(out)) {
+		existing[l] = true
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []string
+		sem  = make(chan struct{}, 8)
+	)
+	specs := make([]string, len(names))
+	for i, n := range names {
+		specs[i] = c.Pool + "/" + n
+		if existing[n] {
+			continue
+		}
+		wg.Add(1)
+		go func(spec string) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if out, err := exec.Command("rbd", "-c", c.AdminConf, "create", spec, "--size", size).CombinedOutput(); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Sprintf("rbd create %s: %v %s", spec, err, out))
+				mu.Unlock()
+			}
+		}(specs[i])
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%s", strings.Join(errs, "\n"))
+	}
+	return specs
+}

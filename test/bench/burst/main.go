@@ -50,40 +50,13 @@ func run(t testenv.T, nVM, nDisk int) error {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 
 	// Images, kept between runs (rbd create is the slow part of set-up).
-	existing := map[string]bool{}
-	out, _ := exec.Command("rbd", "-c", c.AdminConf, "ls", c.Pool).Output()
-	for _, l := range strings.Fields(string(out)) {
-		existing[l] = true
-	}
-	var mu sync.Mutex
-	var missing []string
+	var names []string
 	for v := 0; v < nVM; v++ {
 		for d := 0; d < nDisk; d++ {
-			if n := fmt.Sprintf("burst-%03d-%d", v, d); !existing[n] {
-				missing = append(missing, n)
-			}
+			names = append(names, fmt.Sprintf("burst-%03d-%d", v, d))
 		}
 	}
-	var wg sync.WaitGroup
-	var createErr error
-	sem := make(chan struct{}, 8)
-	for _, n := range missing {
-		wg.Add(1)
-		go func(n string) {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			if out, err := exec.Command("rbd", "-c", c.AdminConf, "create", c.Pool+"/"+n, "--size", "8M").CombinedOutput(); err != nil {
-				mu.Lock()
-				createErr = fmt.Errorf("rbd create %s: %v %s", n, err, out)
-				mu.Unlock()
-			}
-		}(n)
-	}
-	wg.Wait()
-	if createErr != nil {
-		return createErr
-	}
+	c.EnsureImages(t, names, "8M")
 
 	// The oned stand-in knows every VM; events go there.
 	sim := onedsim.New("oneadmin:burst")
@@ -123,6 +96,7 @@ func run(t testenv.T, nVM, nDisk int) error {
 		}
 		xmls[v] = libvirttest.DomainXML(fmt.Sprintf("one-%d", base+v), "kvm", ds)
 	}
+	var wg sync.WaitGroup
 	durs := make([]time.Duration, nVM)
 	errs := make([]error, nVM)
 	start := time.Now()

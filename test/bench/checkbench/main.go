@@ -35,20 +35,13 @@ func run(reps int, bin string) error {
 		return err
 	}
 	sizes := []int{1, 4, 16, 64}
-	existing := map[string]bool{}
-	out, _ := exec.Command("rbd", "-c", c.AdminConf, "ls", c.Pool).Output()
-	for _, l := range strings.Fields(string(out)) {
-		existing[l] = true
+	var names []string
+	for i := 0; i < 64; i++ {
+		names = append(names, fmt.Sprintf("bench-%02d", i))
 	}
 	var images []string
-	for i := 0; i < 64; i++ {
-		name := fmt.Sprintf("bench-%02d", i)
-		if !existing[name] {
-			if out, err := exec.Command("rbd", "-c", c.AdminConf, "create", c.Pool+"/"+name, "--size", "16M").CombinedOutput(); err != nil {
-				return fmt.Errorf("rbd create: %v %s", err, out)
-			}
-		}
-		images = append(images, c.Pool+"/"+name)
+	if err := testenv.RunProgram(func(t testenv.T) error { images = c.EnsureImages(t, names, "16M"); return nil }); err != nil {
+		return err
 	}
 	dir, err := os.MkdirTemp("", "checkbench-")
 	if err != nil {

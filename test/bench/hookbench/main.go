@@ -67,20 +67,13 @@ func run(n int) error {
 	defer os.RemoveAll(dir)
 
 	// Clean images, kept between runs like checkbench's.
-	existing := map[string]bool{}
-	out, _ := exec.Command("rbd", "-c", c.AdminConf, "ls", c.Pool).Output()
-	for _, l := range strings.Fields(string(out)) {
-		existing[l] = true
+	var names []string
+	for i := 0; i < 8; i++ {
+		names = append(names, fmt.Sprintf("hookbench-%d", i))
 	}
 	var images []string
-	for i := 0; i < 8; i++ {
-		name := fmt.Sprintf("hookbench-%d", i)
-		if !existing[name] {
-			if out, err := exec.Command("rbd", "-c", c.AdminConf, "create", c.Pool+"/"+name, "--size", "16M").CombinedOutput(); err != nil {
-				return fmt.Errorf("rbd create: %v %s", err, out)
-			}
-		}
-		images = append(images, c.Pool+"/"+name)
+	if err := testenv.RunProgram(func(t testenv.T) error { images = c.EnsureImages(t, names, "16M"); return nil }); err != nil {
+		return err
 	}
 
 	cfg := filepath.Join(dir, "rbdfence.yaml")
