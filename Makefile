@@ -9,7 +9,7 @@ GOFLAGS_CGO := -tags $(TAGS) -ldflags '$(LDFLAGS)'
 # Front-end drivers are pure Go: a front-end may have no librados.
 CGO_PKGS  := ./cmd/... $(if $(wildcard hooks/*/main.go),./hooks/...)
 PURE_PKGS := $(if $(wildcard drivers/*/main.go),./drivers/...)
-FUZZTIME  ?= 10s
+FUZZTIME  ?= 30s
 
 .PHONY: all build deps test unit vet demo bench fuzz clean cluster-up cluster-down package
 
@@ -39,11 +39,13 @@ unit:
 		./internal/collision/... ./internal/doctor/... ./internal/metrics/... ./internal/events/... ./internal/opennebula/... \
 		./internal/domxml/... ./internal/frontend/... ./internal/hook/...
 
-# test: every test, real Ceph, libvirt, QEMU, sshd included (the tests start them).
+# test: every test, real Ceph, libvirt, QEMU, sshd included (the tests start
+# them), then every fuzz target for a fixed number of executions.
 test: deps vet build
 	$(GO) test -tags $(TAGS) -count=1 -timeout 40m ./...
-	$(MAKE) fuzz
+	bash test/fuzz.sh
 
+# fuzz: exploration, FUZZTIME per target (make test runs fixed execution counts).
 fuzz:
 	bash test/fuzz.sh $(FUZZTIME)
 
