@@ -11,7 +11,7 @@ CGO_PKGS  := ./cmd/... $(if $(wildcard hooks/*/main.go),./hooks/...)
 PURE_PKGS := $(if $(wildcard drivers/*/main.go),./drivers/...)
 FUZZTIME  ?= 30s
 
-.PHONY: all build deps test unit vet demo bench fuzz clean cluster-up cluster-down package
+.PHONY: all build deps test test-clean unit vet demo bench fuzz clean cluster-up cluster-down package
 
 all: build
 
@@ -40,10 +40,15 @@ unit:
 		./internal/domxml/... ./internal/frontend/... ./internal/hook/...
 
 # test: every test, real Ceph, libvirt, QEMU, sshd included (the tests start
-# them), then every fuzz target for a fixed number of executions.
+# them under /tmp/rbdfence-test, ports 16780-16799), then every fuzz target for
+# a fixed number of executions; then everything the run started is stopped and
+# removed, and a leftover fails the run (test/run.sh, test/machine.sh).
+# RBDFENCE_TEST_KEEP=1 keeps the daemons for the next run; make test-clean.
 test: deps vet build
-	$(GO) test -tags $(TAGS) -count=1 -timeout 40m ./...
-	bash test/fuzz.sh
+	GO=$(GO) bash test/run.sh
+
+test-clean:
+	f=$$(mktemp /tmp/rbdfence-machine.XXXXXX) && bash test/machine.sh snapshot $$f && bash test/machine.sh teardown $$f; rm -f $$f
 
 # fuzz: exploration, FUZZTIME per target (make test runs fixed execution counts).
 fuzz:

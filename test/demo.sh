@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${RBDFENCE_DEMO_DIR:-/tmp/rbdfence-demo}
-PORT=${RBDFENCE_DEMO_PORT:-6799}
+PORT=${RBDFENCE_DEMO_PORT:-16799}
 BIN=bin
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 

@@ -46,8 +46,9 @@
 # The libvirt and rbdfence-admin keyrings are mode 0644 (test cluster only,
 # so that tests can run clients as a non-root user); admin's is 0600.
 #
-# Defaults: DIR ${RBDFENCE_CEPH_DIR:-/tmp/rbdfence-ceph}, IP 127.0.0.1,
-# PORT ${RBDFENCE_CEPH_PORT:-6789}. Several clusters may run at once with
+# Defaults: DIR ${RBDFENCE_CEPH_DIR:-$RBDFENCE_TEST_ROOT/ceph} (the test root
+# defaults to /tmp/rbdfence-test), IP 127.0.0.1, PORT ${RBDFENCE_CEPH_PORT:-16789}
+# (test ports are 16780-16799, away from Ceph's own 6789/3300). Several clusters may run at once with
 # different DIR and IP:PORT. Concurrent `start`s on one DIR are serialised
 # with flock on DIR/.lock: the second one finds the cluster up.
 set -euo pipefail
@@ -85,9 +86,9 @@ pause | resume)
 *) usage ;;
 esac
 
-DIR=${RBDFENCE_CEPH_DIR:-/tmp/rbdfence-ceph}
+DIR=${RBDFENCE_CEPH_DIR:-${RBDFENCE_TEST_ROOT:-/tmp/rbdfence-test}/ceph}
 ADDR=127.0.0.1
-PORT=${RBDFENCE_CEPH_PORT:-6789}
+PORT=${RBDFENCE_CEPH_PORT:-16789}
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--dir) [ $# -ge 2 ] || usage; DIR=$2; shift 2 ;;

@@ -18,7 +18,10 @@ import (
 	"github.com/rbdfence/rbdfence/test/testenv"
 )
 
-const faultDir, faultPort = "/tmp/rbdfence-ceph-fault", "6791"
+// The fault tests pause daemons: they get a cluster of their own.
+const faultPort = "16791"
+
+var faultDir = testenv.Dir("ceph-fault")
 
 func cluster(t *testing.T) *testenv.Ceph {
 	return testenv.StartCephAt(t, faultDir, "", faultPort)

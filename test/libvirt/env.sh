@@ -101,6 +101,8 @@ ensure_hook_placeholder() {
 	done
 	log "installing $PLACEHOLDER"
 	PLACEHOLDER_NEW=1
+	# Remembered so that stop removes it again (and only if we put it there).
+	: >"$STATE_DIR/placeholder.ours"
 	cat >"$PLACEHOLDER.tmp" <<'HOOK'
 #!/bin/sh
 # Installed by rbdfence test/libvirt/env.sh: libvirtd runs qemu.d hooks only
@@ -257,6 +259,10 @@ cmd_stop() {
 	fi
 	stop_pid libvirtd
 	stop_pid virtlogd
+	if [[ -f $STATE_DIR/placeholder.ours ]]; then
+		log "removing $PLACEHOLDER"
+		rm -f "$PLACEHOLDER" "$STATE_DIR/placeholder.ours"
+	fi
 }
 
 # cmd_secret USER KEYRING: libvirt ceph secret holding client.USER's key.

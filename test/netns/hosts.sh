@@ -24,7 +24,7 @@
 #
 # In each namespace runs an sshd listening on <IP>:22 with its own config,
 # host key, pid file and log in DIR/<name>/ (DIR is
-# ${RBDFENCE_NETNS_DIR:-/tmp/rbdfence-netns}); root logs in with the client
+# ${RBDFENCE_NETNS_DIR:-$RBDFENCE_TEST_ROOT/netns}, test root /tmp/rbdfence-test); root logs in with the client
 # key DIR/id_ed25519 only (PermitRootLogin prohibit-password, keys listed in
 # DIR/authorized_keys). Nothing in /etc/ssh or ~/.ssh is read or written;
 # the only file outside DIR is sshd's privilege separation dir /run/sshd,
@@ -49,7 +49,7 @@
 set -euo pipefail
 
 PROG=hosts.sh
-DIR=${RBDFENCE_NETNS_DIR:-/tmp/rbdfence-netns}
+DIR=${RBDFENCE_NETNS_DIR:-${RBDFENCE_TEST_ROOT:-/tmp/rbdfence-test}/netns}
 LOCK_TIMEOUT=${RBDFENCE_NETNS_LOCK_TIMEOUT:-120}
 LOCKF=/run/rbdfence-netns.lock
 SSHD=/usr/sbin/sshd

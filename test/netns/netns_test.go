@@ -148,7 +148,7 @@ var clientAddr = regexp.MustCompile(`^(\d+\.\d+\.\d+\.\d+):0/(\d+)$`)
 func TestClientsShowTheirHostsAddress(t *testing.T) {
 	hs := testenv.StartHosts(t)
 	c := testenv.StartCephNet(t)
-	if c.Mon != hs.BridgeIP+":"+testenv.NetCephPort || c.Dir != testenv.NetCephDir {
+	if c.Mon != hs.BridgeIP+":"+testenv.NetCephPort || c.Dir != testenv.NetCephDir() {
 		t.Fatalf("net cluster: mon %s dir %s", c.Mon, c.Dir)
 	}
 	img := c.NewImage(t, "netns")

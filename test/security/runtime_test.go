@@ -114,7 +114,9 @@ func TestNoSecretsAnywhere(t *testing.T) {
 	}
 	badKey := filepath.Join(e.dir, "bad.keyring")
 	os.WriteFile(badKey, []byte("[client.libvirt]\n\tkey = AQBnP0hlAAAAABAAq8bD4W0KQd1Iem1Hh7mYgg==\n"), 0o600)
-	e.run(t, "", "rbdfence", "check", "--config", e.config(t, "badkey.yaml", c.Mon, badKey, e.sim.URL()), "--image", img)
+	// MonHost names the monitor's v1 address, so a bad key is refused at once
+	// (a bare IP:PORT on a non-default port reads a refusal as a timeout).
+	e.run(t, "", "rbdfence", "check", "--config", e.config(t, "badkey.yaml", c.MonHost, badKey, e.sim.URL()), "--image", img)
 	e.run(t, "", "rbdfence", "check", "--config", e.config(t, "deadmon.yaml", "127.0.0.1:1", c.Keyring, e.sim.URL()), "--image", img)
 	e.run(t, "", "rbdfence", "check", "--config", e.cfg, "--vm", fmt.Sprint(vm))
 	e.run(t, "", "rbdfence", "events", "--config", e.config(t, "deadoned.yaml", c.Mon, c.Keyring, "http://127.0.0.1:1/RPC2"))

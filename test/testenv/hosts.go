@@ -16,11 +16,12 @@ import (
 // their own addresses on a bridge in the root namespace, each with an sshd,
 // and a second Ceph cluster listening on the bridge address so that Ceph
 // sees each host's clients with that host's address.
-const (
-	// NetCephDir and NetCephPort are where StartCephNet's cluster lives.
-	NetCephDir  = "/tmp/rbdfence-ceph-net"
-	NetCephPort = "6790"
-)
+// NetCephPort is the port of StartCephNet's cluster (on the bridge address);
+// NetCephDir() is its directory under the test root.
+const NetCephPort = "16790"
+
+// NetCephDir is where StartCephNet's cluster lives.
+func NetCephDir() string { return Dir("ceph-net") }
 
 // SSHTimeout bounds one Hosts.SSH call: the remote command is killed on the
 // host after this long, and the call fails the test.
@@ -88,7 +89,7 @@ func StartHosts(t T) *Hosts {
 func StartCephNet(t T) *Ceph {
 	t.Helper()
 	hs := StartHosts(t)
-	return StartCephAt(t, NetCephDir, hs.BridgeIP, NetCephPort)
+	return StartCephAt(t, NetCephDir(), hs.BridgeIP, NetCephPort)
 }
 
 // Command returns a command that runs name inside the host's network

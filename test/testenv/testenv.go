@@ -35,6 +35,19 @@ func Root() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
+// TestRoot is where a test run keeps every daemon's state and scratch file
+// ($RBDFENCE_TEST_ROOT, default /tmp/rbdfence-test); test/run.sh stops and
+// removes all of it when the run ends. Test ports are 16780-16799.
+func TestRoot() string {
+	if r := os.Getenv("RBDFENCE_TEST_ROOT"); r != "" {
+		return r
+	}
+	return "/tmp/rbdfence-test"
+}
+
+// Dir is a directory of the test run: TestRoot()/name.
+func Dir(name string) string { return filepath.Join(TestRoot(), name) }
+
 // Ceph is a running test cluster as cluster.sh describes it.
 type Ceph struct {
 	Mon           string // IP:PORT
@@ -201,7 +214,11 @@ var (
 func Bin(t T, name string) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "rbdfence-bin-")
+		// Under the test root: test/run.sh removes it with the rest.
+		if buildErr = os.MkdirAll(TestRoot(), 0o755); buildErr != nil {
+			return
+		}
+		binDir, buildErr = os.MkdirTemp(TestRoot(), "bin-")
 		if buildErr != nil {
 			return
 		}

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# test/machine.sh: leave the machine as the test run found it.
+#
+#   test/machine.sh snapshot FILE   record what runs and what exists before a run
+#   test/machine.sh teardown FILE   stop every daemon the run started (Ceph
+#                                   clusters, the netns hosts and their sshds,
+#                                   libvirtd, virtlogd and their QEMU domains)
+#                                   and delete what it created in the watched
+#                                   paths (new entries only: nothing that was
+#                                   there before is touched)
+#   test/machine.sh check FILE      fail, listing each leftover, unless the
+#                                   machine matches the snapshot again
+#
+# The test run keeps its state under RBDFENCE_TEST_ROOT (default
+# /tmp/rbdfence-test): every test cluster (test/ceph/cluster.sh), the netns
+# hosts (test/netns/hosts.sh) and scratch files. Test TCP ports are 16780-16799
+# (see README, "Test ports"), away from Ceph's own 6789 and 3300.
+#
+# What is compared: processes of the kinds a run starts (ceph-mon, ceph-mgr,
+# ceph-osd, libvirtd, virtlogd, sshd, qemu-system-*, the zombie test client),
+# listening TCP sockets, network namespaces and links, and the entries (with
+# their content hash) of the WATCHED paths below. Packages and system users
+# that test/deps.sh and test/libvirt/env.sh install (libvirt-qemu, as
+# libvirt-daemon-system would) are set-up, like the packages, and stay.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROOT=${RBDFENCE_TEST_ROOT:-/tmp/rbdfence-test}
+WATCHED=(
+	/etc/libvirt /var/lib/libvirt/qemu /var/log/libvirt /run/libvirt
+	/etc/one /var/lib/one /var/tmp/one /var/log/one /var/lib/rbdfence
+	/run/rbdfence-test /run/one /usr/local/libexec/rbdfence
+	/var/lib/node_exporter
+)
+PROCS='^(ceph-mon|ceph-mgr|ceph-osd|libvirtd|virtlogd|sshd|qemu-system-.*|zombie|rbdfence.*)$'
+
+die() { echo "machine.sh: $*" >&2; exit 2; }
+
+# procs: one line per matching process: comm and command line (pids differ
+# between runs, so they are left out; a daemon that was there before and
+# still is matches by its command line).
+procs() {
+	local p comm
+	for p in /proc/[0-9]*; do
+		comm=$(cat "$p/comm" 2>/dev/null) || continue
+		[[ $comm =~ $PROCS ]] || continue
+		# sshd's own per-connection children come and go: only listeners count.
+		if [[ $comm == sshd ]] && ! tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qE '\[listener\]|-D|-f '; then
+			continue
+		fi
+		printf 'proc %s %s\n' "$comm" "$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | sed 's/ *$//')"
+	done | sort
+}
+
+state() {
+	procs
+	ss -Hltn 2>/dev/null | awk '{print "listen " $4}' | sort -u
+	ip netns list 2>/dev/null | awk '{print "netns " $1}' | sort
+	ip -o link show 2>/dev/null | awk -F': ' '{sub(/@.*/, "", $2); print "link " $2}' | sort
+	local d
+	for d in "${WATCHED[@]}"; do
+		[ -e "$d" ] || continue
+		find "$d" -xdev \( -type f -o -type l -o -type d -o -type s -o -type p \) -printf '%y %p\n' 2>/dev/null |
+			while read -r type path; do
+				# Logs are compared by name only: a daemon of the machine's
+				# own may append to a log that existed before.
+				if [ "$type" = f ] && [[ $path != /var/log/* ]]; then
+					printf 'file %s %s\n' "$path" "$(sha256sum <"$path" 2>/dev/null | cut -c1-16)"
+				else
+					printf 'file %s %s\n' "$path" "$type"
+				fi
+			done
+	done | sort
+	# New top-level entries of /tmp (go's own build dirs come and go).
+	find /tmp -mindepth 1 -maxdepth 1 ! -name 'go-build*' ! -name 'rbdfence-machine.*' -printf 'tmp %f\n' 2>/dev/null | sort
+}
+
+# libvirt_domain_logs_are_test_output: QEMU's per-domain logs of test
+# domains are made by libvirtd for the run; they are new files under
+# /var/log/libvirt and are removed with the rest of the new entries.
+
+cmd_snapshot() {
+	local f=$1
+	state >"$f.tmp"
+	mv -f "$f.tmp" "$f"
+}
+
+cmd_teardown() {
+	local f=$1 d
+	[ -r "$f" ] || die "no snapshot $f"
+	# Daemons first, through the scripts that started them (each stops only
+	# what it started, and waits for it).
+	bash test/libvirt/env.sh stop || echo "machine.sh: test/libvirt/env.sh stop failed" >&2
+	RBDFENCE_NETNS_DIR=$ROOT/netns bash test/netns/hosts.sh down >/dev/null ||
+		echo "machine.sh: test/netns/hosts.sh down failed" >&2
+	if [ -d "$ROOT" ]; then
+		for d in "$ROOT"/ceph*; do
+			[ -d "$d" ] || continue
+			bash test/ceph/cluster.sh stop --dir "$d" >/dev/null || echo "machine.sh: cluster.sh stop --dir $d failed" >&2
+		done
+	fi
+	# Then every entry that is new since the snapshot, deepest first. Entries
+	# that existed before are never removed, even if their content changed:
+	# check reports those.
+	local before now
+	before=$(grep '^file ' "$f" | awk '{print $2}' | sort -u)
+	now=$(state | grep '^file ' | awk '{print $2}' | sort -u)
+	local new
+	new=$(comm -13 <(echo "$before") <(echo "$now"))
+	if [ -n "$new" ]; then
+		# Say what the run created outside its root (the shallowest entries).
+		echo "machine.sh: removing what the run created: $(echo "$new" | awk '
+			{ for (i = 1; i <= n; i++) if (index($0, seen[i] "/") == 1) next; seen[++n] = $0 }
+			END { for (i = 1; i <= n && i <= 12; i++) printf "%s%s", (i > 1 ? " " : ""), seen[i]; if (n > 12) printf " (+%d more)", n - 12 }')" >&2
+	fi
+	echo "$new" | awk '{print length, $0}' | sort -rn | cut -d' ' -f2- |
+		while read -r p; do
+			[ -n "$p" ] || continue
+			case "$p" in
+			/ | /etc | /var | /run | /tmp | /usr | /usr/local) continue ;;
+			esac
+			if [ -d "$p" ] && [ ! -L "$p" ]; then rm -rf -- "$p"; else rm -f -- "$p"; fi
+		done
+	rm -rf -- "$ROOT"
+}
+
+cmd_check() {
+	local f=$1 diff
+	[ -r "$f" ] || die "no snapshot $f"
+	# Daemons stop asynchronously after SIGTERM in a few cases (sshd
+	# children, OSD shutdown): give them a bounded moment to go.
+	local i
+	for i in $(seq 1 20); do
+		diff=$(diff <(sort "$f") <(state | sort) || true)
+		[ -z "$diff" ] && break
+		sleep 0.5
+	done
+	if [ -n "$diff" ]; then
+		echo "machine.sh: the test run left the machine changed (< before, > after):" >&2
+		echo "$diff" | grep -E '^[<>]' | head -50 >&2
+		return 1
+	fi
+	echo "machine.sh: the machine is as the test run found it ($(wc -l <"$f") entries compared)"
+}
+
+[ $# -eq 2 ] || die "usage: machine.sh snapshot|teardown|check FILE"
+case "$1" in
+snapshot) cmd_snapshot "$2" ;;
+teardown) cmd_teardown "$2" ;;
+check) cmd_check "$2" ;;
+*) die "usage: machine.sh snapshot|teardown|check FILE" ;;
+esac

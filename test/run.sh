@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# test/run.sh: the whole test run behind `make test`.
+#
+# 1. snapshot the machine (test/machine.sh), 2. every Go test (real Ceph,
+# libvirtd, QEMU, sshd: the tests start them under RBDFENCE_TEST_ROOT), 3.
+# every fuzz target for a fixed number of executions (test/fuzz.sh), then,
+# whatever happened: 4. stop and delete everything the run started or created
+# and 5. check that the machine is as it was (a leftover fails the run).
+#
+# RBDFENCE_TEST_KEEP=1 skips 4 and 5: the clusters, hosts and daemons stay up
+# and the next run reuses them (faster when iterating on one package); end
+# with `make test-clean`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export RBDFENCE_TEST_ROOT=${RBDFENCE_TEST_ROOT:-/tmp/rbdfence-test}
+GO=${GO:-go}
+snap=$(mktemp /tmp/rbdfence-machine.XXXXXX)
+
+finish() {
+	local rc=$?
+	trap - EXIT INT TERM
+	if [ "${RBDFENCE_TEST_KEEP:-0}" = 1 ]; then
+		echo "run.sh: RBDFENCE_TEST_KEEP=1: test daemons left running under $RBDFENCE_TEST_ROOT (make test-clean stops them)"
+		rm -f "$snap"
+		exit "$rc"
+	fi
+	bash test/machine.sh teardown "$snap" || rc=1
+	if ! bash test/machine.sh check "$snap"; then
+		[ "$rc" -ne 0 ] || rc=1
+	fi
+	rm -f "$snap"
+	exit "$rc"
+}
+
+if [ "${RBDFENCE_TEST_KEEP:-0}" != 1 ] && [ -e "$RBDFENCE_TEST_ROOT" ]; then
+	# A kept run (or a killed one) left daemons: stop them first, so that this
+	# run starts from a clean machine and can leave it clean.
+	echo "run.sh: stopping what an earlier run left in $RBDFENCE_TEST_ROOT"
+	bash test/machine.sh snapshot "$snap"
+	bash test/machine.sh teardown "$snap"
+fi
+bash test/machine.sh snapshot "$snap"
+trap finish EXIT
+trap 'exit 130' INT TERM
+
+$GO test -tags pacific -count=1 -timeout 40m ./...
+bash test/fuzz.sh
