@@ -12,7 +12,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/fencer"
-	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
 
@@ -72,7 +72,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, dryR
 	}
 	s, err := fencer.Open(ctx, fencer.Access(cfg, vmdisk.Disk{}), opts)
 	if err != nil {
-		recordMetrics(cfg, log, name, start, nil, hoststep.KindCeph)
+		recordMetrics(cfg, log, name, start, nil, outcome.Of(err))
 		return err
 	}
 	defer s.Close()
@@ -91,11 +91,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, dryR
 			log.WithError(aerr).Error("audit log not written")
 		}
 	}
-	kind := ""
-	if r.Err() != nil {
-		kind = hoststep.KindFailure
-	}
-	recordMetrics(cfg, log, name, start, r, kind)
+	recordMetrics(cfg, log, name, start, r, outcome.Of(r.Err()))
 	if c.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

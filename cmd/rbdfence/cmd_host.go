@@ -10,6 +10,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/collision"
 	"github.com/rbdfence/rbdfence/internal/fencer"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // runHost is the host-side step of the front-end drivers: one JSON request on
@@ -22,17 +23,17 @@ func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return json.NewEncoder(stdout).Encode(r)
 	}
 	if err := parseFlags(fs, args); err != nil {
-		_ = write(&hoststep.Response{Kind: hoststep.KindUsage, Error: err.Error()})
+		_ = write(&hoststep.Response{Kind: outcome.Usage, Error: err.Error()})
 		return err
 	}
 	req, err := hoststep.ReadRequest(stdin)
 	if err != nil {
-		_ = write(&hoststep.Response{Kind: hoststep.KindUsage, Error: err.Error()})
+		_ = write(&hoststep.Response{Kind: outcome.Usage, Error: err.Error()})
 		return usagef("%v", err)
 	}
 	cfg, err := c.load()
 	if err != nil {
-		_ = write(&hoststep.Response{Op: req.Op, Kind: hoststep.KindUsage, Error: err.Error()})
+		_ = write(&hoststep.Response{Op: req.Op, Kind: outcome.Usage, Error: err.Error()})
 		return err
 	}
 	start := time.Now()
@@ -56,3 +57,5 @@ func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 type hostStepError struct{ r *hoststep.Response }
 
 func (e *hostStepError) Error() string { return e.r.Error }
+
+func (e *hostStepError) Outcome() outcome.Kind { return e.r.Kind }

@@ -9,6 +9,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
 
@@ -20,7 +21,7 @@ const OpFence = "fence"
 // libvirt hook uses it for domains that are not OpenNebula VMs ("one-<ID>"),
 // which have no claim object. Shareable disks are inspected and reported,
 // never fenced. It appends the audit log with VM -1 and returns the
-// structured response (never nil); Kind classifies a failure as for Do.
+// structured response (never nil); outcome.Of classifies a failure as for Do.
 func FenceDisks(ctx context.Context, cfg *config.Config, disks []vmdisk.Disk, run, host string) *hoststep.Response {
 	resp := &hoststep.Response{Op: OpFence}
 	groups := Groups(cfg, disks)
@@ -31,7 +32,7 @@ func FenceDisks(ctx context.Context, cfg *config.Config, disks []vmdisk.Disk, ru
 	}
 	opts, err := EngineOptions(cfg)
 	if err != nil {
-		resp.Kind, resp.Error = hoststep.KindUsage, err.Error()
+		resp.Kind, resp.Error = outcome.Usage, err.Error()
 		return resp
 	}
 	opts.MissingOK = true
@@ -48,7 +49,7 @@ func FenceDisks(ctx context.Context, cfg *config.Config, disks []vmdisk.Disk, ru
 	recs, aerr := Audit(cfg, report, audit.Meta{Run: run, Op: OpFence, VM: -1, Host: host})
 	resp.Audit = recs
 	if err != nil {
-		resp.OK, resp.Kind, resp.Error = false, Kind(err), err.Error()
+		resp.OK, resp.Kind, resp.Error = false, outcome.Of(err), err.Error()
 		return resp
 	}
 	if aerr != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/events"
 	"github.com/rbdfence/rbdfence/internal/fencer"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // Source is the claim and event source of the hook.
@@ -46,10 +47,9 @@ type Options struct {
 }
 
 // Error is a failure that must stop libvirt's operation (the start, or the
-// incoming migration). Kind is a hoststep kind (refused, ceph, failure,
-// usage) for the exit code.
+// incoming migration). Kind gives the exit code.
 type Error struct {
-	Kind   string
+	Kind   outcome.Kind
 	Domain string
 	Action Action
 	Err    error
@@ -64,6 +64,9 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// Outcome is the error's kind (internal/outcome).
+func (e *Error) Outcome() outcome.Kind { return e.Kind }
 
 // Run performs one hook invocation. It returns nil when libvirt may go on,
 // or an *Error. It never writes to stdout.
@@ -106,7 +109,7 @@ type runner struct {
 	log *logrus.Entry
 }
 
-func (r *runner) fail(kind string, err error) error {
+func (r *runner) fail(kind outcome.Kind, err error) error {
 	return &Error{Kind: kind, Domain: r.inv.Domain, Action: r.act, Err: err}
 }
 
@@ -160,7 +163,7 @@ func (r *runner) domain() (*domxml.Domain, error) {
 func (r *runner) prepare(ctx context.Context) error {
 	dom, err := r.domain()
 	if err != nil {
-		return r.fail(hoststep.KindUsage, err)
+		return r.fail(outcome.Usage, err)
 	}
 	if len(dom.Disks) == 0 {
 		r.log.Debug("no RBD disks: nothing to do")
@@ -168,7 +171,7 @@ func (r *runner) prepare(ctx context.Context) error {
 	}
 	cfg, err := r.loadConfig()
 	if err != nil {
-		return r.fail(hoststep.KindUsage, err)
+		return r.fail(outcome.Usage, err)
 	}
 	fresh, mk, err := marks(cfg).Fresh(r.inv.Domain)
 	switch {
@@ -187,7 +190,7 @@ func (r *runner) prepare(ctx context.Context) error {
 	if dom.VMID >= 0 {
 		req := &hoststep.Request{Op: hoststep.OpStart, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks}
 		if err := req.Validate(); err != nil {
-			return r.fail(hoststep.KindUsage, err)
+			return r.fail(outcome.Usage, err)
 		}
 		resp = bounded(ctx, cfg, func(ctx context.Context) *hoststep.Response { return fencer.Do(ctx, cfg, req) })
 	} else {
@@ -201,7 +204,7 @@ func (r *runner) prepare(ctx context.Context) error {
 	}
 	if !resp.OK {
 		err := errors.New(resp.Error)
-		if resp.Kind == hoststep.KindCeph {
+		if resp.Kind == outcome.Unavailable {
 			if cfg.Fence.FailOpen {
 				r.log.WithError(err).Warn("Ceph check impossible; starting anyway because fence.fail_open is true")
 				return nil
@@ -233,7 +236,7 @@ func bounded(ctx context.Context, cfg *config.Config, f func(context.Context) *h
 	case resp := <-done:
 		return resp
 	case <-t.C:
-		return &hoststep.Response{Kind: hoststep.KindFailure,
+		return &hoststep.Response{Kind: outcome.Failure,
 			Error: fmt.Sprintf("Ceph did not answer within timeouts.total (%s): the fence may be incomplete", time.Duration(cfg.Timeouts.Total))}
 	}
 }
@@ -294,18 +297,18 @@ func (r *runner) publish(ctx context.Context, cfg *config.Config, resp *hoststep
 func (r *runner) migrate() error {
 	dom, err := r.domain()
 	if err != nil {
-		return r.fail(hoststep.KindUsage, err)
+		return r.fail(outcome.Usage, err)
 	}
 	if len(dom.Disks) == 0 {
 		return nil
 	}
 	cfg, err := r.loadConfig()
 	if err != nil {
-		return r.fail(hoststep.KindUsage, err)
+		return r.fail(outcome.Usage, err)
 	}
 	if err := marks(cfg).Set(r.inv.Domain, r.run); err != nil {
 		// Without the mark the prepare would fence the running source.
-		return r.fail(hoststep.KindFailure, err)
+		return r.fail(outcome.Failure, err)
 	}
 	r.log.Info("incoming migration marked")
 	return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
 
@@ -68,19 +69,11 @@ func (r *Request) Validate() error {
 	return nil
 }
 
-// Kinds of failure.
-const (
-	KindRefused = "refused" // the claim refuses this start
-	KindCeph    = "ceph"    // Ceph unreachable or credentials refused
-	KindFailure = "failure" // the step did not complete
-	KindUsage   = "usage"   // bad request or config
-)
-
 // Response is the host's answer.
 type Response struct {
 	OK       bool           `json:"ok"`
 	Op       string         `json:"op"`
-	Kind     string         `json:"kind,omitempty"`
+	Kind     outcome.Kind   `json:"kind,omitempty"` // how a failed step ended (internal/outcome)
 	Error    string         `json:"error,omitempty"`
 	Handover bool           `json:"handover,omitempty"`
 	Claim    *engine.Claim  `json:"claim,omitempty"`
