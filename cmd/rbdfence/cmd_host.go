@@ -19,8 +19,9 @@ func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	fs := flag.NewFlagSet("host", flag.ContinueOnError)
 	var c common
 	c.register(fs)
+	var req *hoststep.Request
 	write := func(r *hoststep.Response) error {
-		return json.NewEncoder(stdout).Encode(r)
+		return json.NewEncoder(stdout).Encode(hoststep.Reply(req, r))
 	}
 	if err := parseFlags(fs, args); err != nil {
 		_ = write(&hoststep.Response{Kind: outcome.Usage, Error: err.Error()})
@@ -28,8 +29,12 @@ func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	}
 	req, err := hoststep.ReadRequest(stdin)
 	if err != nil {
-		_ = write(&hoststep.Response{Kind: outcome.Usage, Error: err.Error()})
-		return usagef("%v", err)
+		r := &hoststep.Response{Kind: outcome.Usage, Error: err.Error()}
+		if req != nil {
+			r.Op = req.Op // an incompatible request: the answer names its op
+		}
+		_ = write(r)
+		return outcome.Errorf(outcome.Usage, "%w", err)
 	}
 	cfg, err := c.load()
 	if err != nil {

@@ -37,7 +37,7 @@ type Env struct {
 
 // LoadEnv reads the configuration at configPath ("" means $RBDFENCE_CONFIG,
 // else /etc/one/rbdfence.yaml, which may be absent) and returns the Env.
-// A bad configuration is a outcome.Usage *Error naming the key.
+// A bad configuration is an outcome.Usage *Error naming the key.
 func LoadEnv(configPath string, stdout, stderr io.Writer) (*Env, error) {
 	path := config.Path(configPath)
 	cfg, err := config.Load(path, configPath != "" || path != config.DefaultPath)
@@ -223,11 +223,29 @@ func (e *Env) local(pl placement) bool {
 	return pl == anywhere && e.Cfg.OpenNebula.Remote == "local"
 }
 
-// hostStep runs one host step and returns the host's response, which may
-// say the step failed (resp.OK false). The error is a outcome.Unavailable or
-// outcome.Usage *Error when no response came back: ssh failed, the binary is
-// missing, it timed out, or it printed no valid response.
+// hostStep runs one host step in the current protocol version. A host whose
+// rbdfence still speaks version 1 (it missed `onehost sync --force`)
+// rejects the version field: the step is asked again in version 1, which
+// that host serves (hoststep package documentation).
 func (e *Env) hostStep(ctx context.Context, host string, req *hoststep.Request, pl placement) (*hoststep.Response, error) {
+	v := *req
+	v.Version = hoststep.Version
+	resp, err := e.hostStepOnce(ctx, host, &v, pl)
+	if err == nil && resp.V1Rejected() {
+		e.Log.Info("host %s runs rbdfence host step protocol version 1, this front-end version %d: asking again in version 1; to upgrade the host, %s",
+			host, hoststep.Version, hoststep.Fix)
+		v.Version = 0
+		resp, err = e.hostStepOnce(ctx, host, &v, pl)
+	}
+	return resp, err
+}
+
+// hostStepOnce runs one host step and returns the host's response, which may
+// say the step failed (resp.OK false). The error is an outcome.Unavailable or
+// outcome.Usage *Error when no response came back: ssh failed, the binary is
+// missing, it timed out, or it printed no valid response; or when the host's
+// protocol version is incompatible.
+func (e *Env) hostStepOnce(ctx context.Context, host string, req *hoststep.Request, pl placement) (*hoststep.Response, error) {
 	var argv []string
 	where := "host " + host
 	if e.local(pl) {
@@ -257,6 +275,10 @@ func (e *Env) hostStep(ctx context.Context, host string, req *hoststep.Request, 
 	code, rerr := run(ctx, proc{argv: argv, stdin: bytes.NewReader(body), stdout: stdout, stderr: stderr, timeout: timeout})
 	if rerr == nil && !stdout.over {
 		resp, perr := hoststep.ReadResponse(bytes.NewReader(stdout.buf.Bytes()))
+		var ie *hoststep.IncompatibleError
+		if errors.As(perr, &ie) {
+			return nil, errorf(outcome.Usage, req.VM, "VM %d: host %s: %v", req.VM, host, perr)
+		}
 		// A response answers this op; only an early usage failure has none.
 		if perr == nil && (resp.Op == req.Op || (resp.Op == "" && !resp.OK && resp.Kind != outcome.OK)) {
 			return resp, nil
