@@ -82,7 +82,7 @@ func Run(ctx context.Context, inv Invocation, o Options) error {
 		Drain(o.Stdin, ReadTimeout)
 		return nil
 	}
-	r := &runner{inv: inv, act: act, o: o, run: fencer.RunID()}
+	r := &runner{inv: inv, act: act, o: o, run: fencer.RunID(), start: time.Now()}
 	r.log = o.Log.WithFields(logrus.Fields{
 		"domain": inv.Domain, "vm": domxml.VMIDFromName(inv.Domain), "op": inv.Op + " " + inv.SubOp, "run": r.run,
 	})
@@ -102,11 +102,12 @@ func Run(ctx context.Context, inv Invocation, o Options) error {
 }
 
 type runner struct {
-	inv Invocation
-	act Action
-	o   Options
-	run string
-	log *logrus.Entry
+	inv   Invocation
+	act   Action
+	o     Options
+	run   string
+	start time.Time
+	log   *logrus.Entry
 }
 
 func (r *runner) fail(kind outcome.Kind, err error) error {
@@ -160,7 +161,7 @@ func (r *runner) domain() (*domxml.Domain, error) {
 }
 
 // prepare is `prepare begin`: claim and fence before QEMU opens the disks.
-func (r *runner) prepare(ctx context.Context) error {
+func (r *runner) prepare(ctx context.Context) (err error) {
 	dom, err := r.domain()
 	if err != nil {
 		return r.fail(outcome.Usage, err)
@@ -173,6 +174,8 @@ func (r *runner) prepare(ctx context.Context) error {
 	if err != nil {
 		return r.fail(outcome.Usage, err)
 	}
+	var resp *hoststep.Response
+	defer func() { r.countRun(cfg, MetricPrepare, resp, err) }()
 	fresh, mk, err := marks(cfg).Fresh(r.inv.Domain)
 	switch {
 	case err != nil:
@@ -186,7 +189,6 @@ func (r *runner) prepare(ctx context.Context) error {
 
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
 	defer cancel()
-	var resp *hoststep.Response
 	if dom.VMID >= 0 {
 		req := &hoststep.Request{Op: hoststep.OpStart, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks}
 		if err := req.Validate(); err != nil {
@@ -364,6 +366,7 @@ func (r *runner) record(ctx context.Context) {
 	defer cancel()
 	req := &hoststep.Request{Op: hoststep.OpRecord, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks}
 	resp := bounded(ctx, cfg, func(ctx context.Context) *hoststep.Response { return fencer.Do(ctx, cfg, req) })
+	r.countRun(cfg, MetricRecord, resp, nil)
 	if !resp.OK {
 		r.log.WithField("kind", resp.Kind).Warn("cannot record the started instance's addresses in the claim: " + resp.Error)
 		return
