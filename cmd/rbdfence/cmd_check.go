@@ -81,8 +81,8 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, dryR
 		r = s.Engine.Check(ctx, imgs, engine.Scope{})
 	} else {
 		r = s.Engine.Fence(ctx, imgs, engine.Scope{}, nil)
-		run := fencer.RunID()
-		recs, aerr := fencer.Audit(cfg, r, audit.Meta{Run: run, Op: "fence", VM: -1, Host: fencer.Hostname()})
+		run := audit.NewRunID()
+		recs, aerr := fencer.Audit(cfg, r, audit.Meta{Run: run, Op: "fence", VM: -1, Host: cfg.Host()})
 		for _, rec := range recs {
 			log.WithFields(map[string]any{"run": run, "image": rec.Image, "client": rec.Client, "address": rec.Address,
 				"cookie": rec.Cookie, "action": rec.Action, "expire": fmtTime(rec.Expire)}).Info("fenced client")

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/opennebula"
@@ -105,7 +106,7 @@ func (e *Env) loadMigration(ctx context.Context, op string, args []string, stdin
 		e.Log.Info("%s: VM %d opens no RBD image%s: nothing to do", op, a.VM, skippedNote(vm))
 		return nil, nil
 	}
-	return &migration{a: a, vm: vm, run: NewRunID()}, nil
+	return &migration{a: a, vm: vm, run: audit.NewRunID()}, nil
 }
 
 // step runs op (premigrate on the source, or the front-end with remote:

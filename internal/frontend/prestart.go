@@ -2,8 +2,6 @@ package frontend
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -18,14 +16,6 @@ import (
 	"github.com/rbdfence/rbdfence/internal/opennebula"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 )
-
-// NewRunID returns a short random id naming one run in logs, audit records,
-// events and the claim.
-func NewRunID() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
 
 // StartInput says which start of which VM to check.
 type StartInput struct {
@@ -90,7 +80,7 @@ func Prestart(ctx context.Context, e *Env, in StartInput) (*StartResult, error) 
 	e.Log.SetVM(in.VM)
 	res := &StartResult{Host: in.Host, Seq: in.Seq, Run: in.Run}
 	if res.Run == "" {
-		res.Run = NewRunID()
+		res.Run = audit.NewRunID()
 	}
 	if in.VM < 0 {
 		return nil, errorf(outcome.Usage, in.VM, "bad VM id %d", in.VM)

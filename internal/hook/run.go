@@ -14,6 +14,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/collision"
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/domxml"
@@ -82,7 +83,7 @@ func Run(ctx context.Context, inv Invocation, o Options) error {
 		Drain(o.Stdin, ReadTimeout)
 		return nil
 	}
-	r := &runner{inv: inv, act: act, o: o, run: fencer.RunID(), start: time.Now()}
+	r := &runner{inv: inv, act: act, o: o, run: audit.NewRunID(), start: time.Now()}
 	r.log = o.Log.WithFields(logrus.Fields{
 		"domain": inv.Domain, "vm": domxml.VMIDFromName(inv.Domain), "op": inv.Op + " " + inv.SubOp, "run": r.run,
 	})
@@ -114,16 +115,6 @@ func (r *runner) fail(kind outcome.Kind, err error) error {
 	return &Error{Kind: kind, Domain: r.inv.Domain, Action: r.act, Err: err}
 }
 
-// HostName is this host's OpenNebula name: host_name from the config, or
-// the short system host name.
-func HostName(cfg *config.Config) string {
-	if cfg.HostName != "" {
-		return cfg.HostName
-	}
-	short, _, _ := strings.Cut(fencer.Hostname(), ".")
-	return short
-}
-
 // loadConfig reads the configuration as the rbdfence CLI does and applies
 // the hook's defaults.
 func (r *runner) loadConfig() (*config.Config, error) {
@@ -135,7 +126,7 @@ func (r *runner) loadConfig() (*config.Config, error) {
 	if cfg.LogLevel == "debug" {
 		r.o.Log.SetLevel(logrus.DebugLevel)
 	}
-	cfg.HostName = HostName(cfg)
+	cfg.HostName = cfg.Host()
 	r.log = r.log.WithField("host", cfg.HostName)
 	return cfg, nil
 }

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
@@ -181,22 +180,5 @@ func TestRunWithoutCeph(t *testing.T) {
 				t.Fatalf("one-42 marked = %v, want %v", fresh, tt.mark)
 			}
 		})
-	}
-}
-
-func TestHostName(t *testing.T) {
-	h, _ := os.Hostname()
-	short, _, _ := strings.Cut(h, ".")
-	tests := []struct{ set, want string }{
-		{set: "node1.example.com", want: "node1.example.com"},
-		{set: "node1", want: "node1"},
-		{set: "", want: short},
-	}
-	for _, tt := range tests {
-		cfg := config.Default()
-		cfg.HostName = tt.set
-		if got := HostName(cfg); got != tt.want || got == "" {
-			t.Errorf("HostName with host_name %q = %q, want %q", tt.set, got, tt.want)
-		}
 	}
 }
