@@ -27,7 +27,7 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 		resp.OK, resp.Kind, resp.Error = false, outcome.Of(err), err.Error()
 		return resp
 	}
-	ips, err := HostIPs(cfg)
+	ips, err := hostIPs(cfg)
 	if err != nil {
 		return fail(err)
 	}

@@ -111,7 +111,7 @@ func Audit(cfg *config.Config, r *engine.Report, m audit.Meta) ([]audit.Record, 
 
 // HostIPs returns this host's own addresses: host_addresses from the config,
 // or every address on its interfaces.
-func HostIPs(cfg *config.Config) ([]netip.Addr, error) {
+func hostIPs(cfg *config.Config) ([]netip.Addr, error) {
 	var out []netip.Addr
 	if len(cfg.HostAddresses) > 0 {
 		for _, s := range cfg.HostAddresses {

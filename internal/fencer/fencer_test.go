@@ -131,16 +131,16 @@ func TestEngineOptions(t *testing.T) {
 func TestHostIPs(t *testing.T) {
 	c := testConfig()
 	c.HostAddresses = []string{"10.0.0.2", "fd00::2"}
-	ips, err := HostIPs(c)
+	ips, err := hostIPs(c)
 	if err != nil || len(ips) != 2 || ips[0] != netip.MustParseAddr("10.0.0.2") || ips[1] != netip.MustParseAddr("fd00::2") {
 		t.Fatalf("configured: %v %v", ips, err)
 	}
 	c.HostAddresses = []string{"node1"}
-	if _, err := HostIPs(c); err == nil || !strings.Contains(err.Error(), "host_addresses") {
+	if _, err := hostIPs(c); err == nil || !strings.Contains(err.Error(), "host_addresses") {
 		t.Fatalf("bad entry: %v", err)
 	}
 	c.HostAddresses = nil
-	ips, err = HostIPs(c)
+	ips, err = hostIPs(c)
 	if err != nil || len(ips) == 0 {
 		t.Fatalf("interfaces: %v %v", ips, err)
 	}

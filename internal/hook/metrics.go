@@ -13,8 +13,8 @@ import (
 
 // Metric ops of the hook's runs (the CLI's are check, fence, host_<op>).
 const (
-	MetricPrepare = "hook_prepare"
-	MetricRecord  = "hook_record"
+	metricPrepare = "hook_prepare"
+	metricRecord  = "hook_record"
 )
 
 // countRun adds one run to the Prometheus textfile (config metrics), as

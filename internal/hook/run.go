@@ -166,7 +166,7 @@ func (r *runner) prepare(ctx context.Context) (err error) {
 		return r.fail(outcome.Usage, err)
 	}
 	var resp *hoststep.Response
-	defer func() { r.countRun(cfg, MetricPrepare, resp, err) }()
+	defer func() { r.countRun(cfg, metricPrepare, resp, err) }()
 	fresh, mk, err := marks(cfg).Fresh(r.inv.Domain)
 	switch {
 	case err != nil:
@@ -357,7 +357,7 @@ func (r *runner) record(ctx context.Context) {
 	defer cancel()
 	req := &hoststep.Request{Op: hoststep.OpRecord, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks}
 	resp := bounded(ctx, cfg, func(ctx context.Context) *hoststep.Response { return fencer.Do(ctx, cfg, req) })
-	r.countRun(cfg, MetricRecord, resp, nil)
+	r.countRun(cfg, metricRecord, resp, nil)
 	if !resp.OK {
 		r.log.WithField("kind", resp.Kind).Warn("cannot record the started instance's addresses in the claim: " + resp.Error)
 		return

@@ -15,7 +15,7 @@
 //   - Version 1 hosts reject any field they do not know, "version"
 //     included: the front-end then asks again in version 1 (V1Rejected).
 //   - Only a real incompatibility is refused: an op the host does not know,
-//     or a peer older than MinVersion. The *IncompatibleError names both
+//     or a peer older than minVersion. The *IncompatibleError names both
 //     versions and the fix.
 package hoststep
 
@@ -48,8 +48,8 @@ const (
 // version field, unknown fields ignored.
 const Version = 2
 
-// MinVersion is the oldest peer version this code still works with.
-const MinVersion = 1
+// minVersion is the oldest peer version this code still works with.
+const minVersion = 1
 
 // Fix is what an operator runs to bring the hosts' rbdfence up to the
 // front-end's.
@@ -162,13 +162,13 @@ const MaxSize = 8 << 20
 
 // ReadRequest decodes one request (the host's side). Unknown fields are
 // ignored; an op this host does not know from a newer front-end, or a
-// front-end older than MinVersion, is an *IncompatibleError.
+// front-end older than minVersion, is an *IncompatibleError.
 func ReadRequest(r io.Reader) (*Request, error) {
 	var req Request
 	if err := decode(r, &req); err != nil {
 		return nil, fmt.Errorf("host step request: %w", err)
 	}
-	if err := checkPeer("front-end", "host", req.PeerVersion(), MinVersion); err != nil {
+	if err := checkPeer("front-end", "host", req.PeerVersion(), minVersion); err != nil {
 		return &req, err
 	}
 	if err := req.Validate(); err != nil {
@@ -193,7 +193,7 @@ func Reply(req *Request, resp *Response) *Response {
 }
 
 // ReadResponse decodes one response (the front-end's side). Unknown fields
-// are ignored; a host older than MinVersion is an *IncompatibleError.
+// are ignored; a host older than minVersion is an *IncompatibleError.
 func ReadResponse(r io.Reader) (*Response, error) {
 	var resp Response
 	if err := decode(r, &resp); err != nil {
@@ -202,7 +202,7 @@ func ReadResponse(r io.Reader) (*Response, error) {
 	if !resp.OK && resp.Error == "" {
 		return nil, fmt.Errorf("host step response: neither ok nor an error")
 	}
-	if err := checkPeer("host", "front-end", versionOf(resp.Version), MinVersion); err != nil {
+	if err := checkPeer("host", "front-end", versionOf(resp.Version), minVersion); err != nil {
 		return &resp, err
 	}
 	return &resp, nil

@@ -186,7 +186,7 @@ func TestIncompatible(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, tc.err)
 		}
 	}
-	if err := checkPeer("host", "front-end", 1, MinVersion); err != nil {
+	if err := checkPeer("host", "front-end", 1, minVersion); err != nil {
 		t.Errorf("version 1 hosts are refused: %v", err)
 	}
 	_, err := ReadResponse(strings.NewReader(`{"version":9,"ok":false,"op":"start","kind":"quota","error":"a kind of the future","hint":"x"}`))
