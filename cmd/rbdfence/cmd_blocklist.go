@@ -190,7 +190,7 @@ func runUnfence(ctx context.Context, args []string, stdin io.Reader, stdout, std
 			return fmt.Errorf("unfence: not confirmed; nothing removed")
 		}
 	}
-	run := fencer.RunID()
+	run := audit.NewRunID()
 	var recs []audit.Record
 	for _, e := range targets {
 		a, _ := engine.ParseAddr(e.Address)

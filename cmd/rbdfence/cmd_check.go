@@ -12,7 +12,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/fencer"
-	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
 
@@ -72,7 +72,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, dryR
 	}
 	s, err := fencer.Open(ctx, fencer.Access(cfg, vmdisk.Disk{}), opts)
 	if err != nil {
-		recordMetrics(cfg, log, name, start, nil, hoststep.KindCeph)
+		recordMetrics(cfg, log, name, start, nil, outcome.Of(err))
 		return err
 	}
 	defer s.Close()
@@ -81,8 +81,8 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, dryR
 		r = s.Engine.Check(ctx, imgs, engine.Scope{})
 	} else {
 		r = s.Engine.Fence(ctx, imgs, engine.Scope{}, nil)
-		run := fencer.RunID()
-		recs, aerr := fencer.Audit(cfg, r, audit.Meta{Run: run, Op: "fence", VM: -1, Host: fencer.Hostname()})
+		run := audit.NewRunID()
+		recs, aerr := fencer.Audit(cfg, r, audit.Meta{Run: run, Op: "fence", VM: -1, Host: cfg.Host()})
 		for _, rec := range recs {
 			log.WithFields(map[string]any{"run": run, "image": rec.Image, "client": rec.Client, "address": rec.Address,
 				"cookie": rec.Cookie, "action": rec.Action, "expire": fmtTime(rec.Expire)}).Info("fenced client")
@@ -91,11 +91,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, dryR
 			log.WithError(aerr).Error("audit log not written")
 		}
 	}
-	kind := ""
-	if r.Err() != nil {
-		kind = hoststep.KindFailure
-	}
-	recordMetrics(cfg, log, name, start, r, kind)
+	recordMetrics(cfg, log, name, start, r, outcome.Of(r.Err()))
 	if c.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

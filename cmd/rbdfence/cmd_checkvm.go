@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/fencer"
@@ -137,7 +138,7 @@ func checkVM(ctx context.Context, cfg *config.Config, vm *opennebula.VMInfo) vmC
 	if r.Running {
 		res, err = s.Engine.CheckRunning(ctx, pool, vm.ID, groups[0].Images)
 	} else {
-		res, err = s.Engine.Start(ctx, engine.Who{VM: vm.ID, Seq: vm.Seq, Host: vm.Host, Source: engine.SourceCLI, Run: fencer.RunID(), Pool: pool}, groups[0].Images, true)
+		res, err = s.Engine.Start(ctx, engine.Who{VM: vm.ID, Seq: vm.Seq, Host: vm.Host, Source: engine.SourceCLI, Run: audit.NewRunID(), Pool: pool}, groups[0].Images, true)
 	}
 	if res != nil {
 		r.Report = res.Report

@@ -10,6 +10,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/collision"
 	"github.com/rbdfence/rbdfence/internal/fencer"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // runHost is the host-side step of the front-end drivers: one JSON request on
@@ -18,21 +19,26 @@ func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	fs := flag.NewFlagSet("host", flag.ContinueOnError)
 	var c common
 	c.register(fs)
+	var req *hoststep.Request
 	write := func(r *hoststep.Response) error {
-		return json.NewEncoder(stdout).Encode(r)
+		return json.NewEncoder(stdout).Encode(hoststep.Reply(req, r))
 	}
 	if err := parseFlags(fs, args); err != nil {
-		_ = write(&hoststep.Response{Kind: hoststep.KindUsage, Error: err.Error()})
+		_ = write(&hoststep.Response{Kind: outcome.Usage, Error: err.Error()})
 		return err
 	}
 	req, err := hoststep.ReadRequest(stdin)
 	if err != nil {
-		_ = write(&hoststep.Response{Kind: hoststep.KindUsage, Error: err.Error()})
-		return usagef("%v", err)
+		r := &hoststep.Response{Kind: outcome.Usage, Error: err.Error()}
+		if req != nil {
+			r.Op = req.Op // an incompatible request: the answer names its op
+		}
+		_ = write(r)
+		return outcome.Errorf(outcome.Usage, "%w", err)
 	}
 	cfg, err := c.load()
 	if err != nil {
-		_ = write(&hoststep.Response{Op: req.Op, Kind: hoststep.KindUsage, Error: err.Error()})
+		_ = write(&hoststep.Response{Op: req.Op, Kind: outcome.Usage, Error: err.Error()})
 		return err
 	}
 	start := time.Now()
@@ -56,3 +62,5 @@ func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 type hostStepError struct{ r *hoststep.Response }
 
 func (e *hostStepError) Error() string { return e.r.Error }
+
+func (e *hostStepError) Outcome() outcome.Kind { return e.r.Kind }

@@ -11,14 +11,16 @@ import (
 
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/engine"
-	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/metrics"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 type configError struct{ err error }
 
 func (e *configError) Error() string { return e.err.Error() }
 func (e *configError) Unwrap() error { return e.err }
+
+func (e *configError) Outcome() outcome.Kind { return outcome.Usage }
 
 type listFlag []string
 
@@ -99,8 +101,8 @@ func newLogger(stderr io.Writer, cfg *config.Config, verbose bool) *logrus.Logge
 
 // recordMetrics adds one run to the configured Prometheus textfile; a
 // failure to write it is logged, never fatal.
-func recordMetrics(cfg *config.Config, log *logrus.Logger, op string, start time.Time, r *engine.Report, kind string) {
-	m := metrics.Run{Op: op, Duration: time.Since(start), Error: kind, Refused: kind == hoststep.KindRefused}
+func recordMetrics(cfg *config.Config, log *logrus.Logger, op string, start time.Time, r *engine.Report, kind outcome.Kind) {
+	m := metrics.Run{Op: op, Duration: time.Since(start), Error: kind.Name(), Refused: kind == outcome.Refused}
 	if r != nil {
 		m.Images, m.Fenced = len(r.Images), r.Fenced
 	}

@@ -12,18 +12,7 @@ import (
 	"strings"
 
 	"github.com/rbdfence/rbdfence/internal/ceph"
-	"github.com/rbdfence/rbdfence/internal/engine"
-	"github.com/rbdfence/rbdfence/internal/hoststep"
-)
-
-// Exit codes: documented in the README and in usage.
-const (
-	exitOK       = 0
-	exitFailure  = 1 // a fence or check did not complete
-	exitUsage    = 2 // bad flags, arguments, input or config
-	exitCeph     = 3 // Ceph unreachable or credentials refused
-	exitRefused  = 4 // claim refused: another run, a newer deploy, another host
-	exitFoundAny = 5 // check: foreign clients found that fence would fence
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 const usage = `usage: rbdfence <verb> [flags]
@@ -56,9 +45,11 @@ type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
 
+func (e *usageError) Outcome() outcome.Kind { return outcome.Usage }
+
 func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
 
-var errFound = errors.New("foreign clients found")
+var errFound = outcome.Errorf(outcome.Found, "foreign clients found")
 
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, ceph.QuietLibrados()))
@@ -67,7 +58,7 @@ func main() {
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return exitUsage
+		return outcome.Usage.Code()
 	}
 	var err error
 	switch args[0] {
@@ -97,43 +88,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return exitCode(err, stderr)
 }
 
-// exitCode maps an error to its exit code and prints it as one line.
+// exitCode maps an error to its exit code (internal/outcome) and prints it
+// as one line.
 func exitCode(err error, stderr io.Writer) int {
-	if err == nil {
-		return exitOK
-	}
-	if errors.Is(err, errFound) {
-		return exitFoundAny
+	if err == nil || errors.Is(err, errFound) {
+		return outcome.Of(err).Code()
 	}
 	fmt.Fprintln(stderr, "rbdfence: "+strings.Join(strings.Fields(err.Error()), " "))
-	var (
-		ue    *usageError
-		ce    *ceph.ConnectError
-		held  *engine.ClaimHeldError
-		nd    *engine.NewerDeployError
-		elsew *engine.ClaimedElsewhereError
-		cfgE  *configError
-		capE  *ceph.CapError
-	)
-	var hs *hostStepError
-	if errors.As(err, &hs) {
-		switch hs.r.Kind {
-		case hoststep.KindUsage:
-			return exitUsage
-		case hoststep.KindCeph:
-			return exitCeph
-		case hoststep.KindRefused:
-			return exitRefused
-		}
-		return exitFailure
-	}
-	switch {
-	case errors.As(err, &ue), errors.As(err, &cfgE):
-		return exitUsage
-	case errors.As(err, &ce), errors.As(err, &capE):
-		return exitCeph
-	case errors.As(err, &held), errors.As(err, &nd), errors.As(err, &elsew):
-		return exitRefused
-	}
-	return exitFailure
+	return outcome.Of(err).Code()
 }

@@ -8,14 +8,10 @@
 // every foreign client of its RBD disks before QEMU starts; see package
 // internal/hook for every operation.
 //
-// Exit codes (libvirt stops the start on any non-zero exit of `prepare` and
-// shows the one stderr line in its error):
-//
-//	0  go on (also: nothing to do, or Ceph unreachable with fence.fail_open)
-//	1  the fence did not complete
-//	2  bad arguments, config or domain XML
-//	3  Ceph unreachable or credentials refused (fail closed)
-//	4  refused by the VM's claim (another run, or another host's deploy)
+// Exit codes are rbdfence's (internal/outcome, the README's exit table):
+// libvirt stops the start on any non-zero exit of `prepare` and shows the
+// one stderr line in its error. A start goes on (0) also when there is
+// nothing to do, or when Ceph is unreachable and fence.fail_open is true.
 //
 // Successful runs print nothing; on failure stderr is exactly one line.
 package main
@@ -23,7 +19,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -34,16 +29,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/ceph"
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/hook"
-	"github.com/rbdfence/rbdfence/internal/hoststep"
-)
-
-// Exit codes: see the package doc.
-const (
-	exitOK      = 0
-	exitFailure = 1
-	exitUsage   = 2
-	exitCeph    = 3
-	exitRefused = 4
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -61,23 +47,23 @@ func run(args []string, stdin io.Reader, stderr io.Writer) int {
 	showVersion := fs.Bool("version", false, "print the version")
 	if err := fs.Parse(args); err != nil {
 		hook.Drain(stdin, hook.ReadTimeout)
-		return exitCode(fmt.Errorf("usage: %v", err), stderr)
+		return exitCode(outcome.Errorf(outcome.Usage, "usage: %v", err), stderr)
 	}
 	if *showVersion {
 		fmt.Fprintln(stderr, "rbdfence-hook", version)
-		return exitOK
+		return outcome.OK.Code()
 	}
 	inv, err := hook.ParseArgs(fs.Args())
 	if err != nil {
 		hook.Drain(stdin, hook.ReadTimeout)
-		return exitCode(fmt.Errorf("usage: %v", err), stderr)
+		return exitCode(outcome.Errorf(outcome.Usage, "usage: %v", err), stderr)
 	}
 	opts := hook.Options{ConfigPath: *configPath, Stdin: stdin}
 	if *domains != "" {
 		re, err := regexp.Compile(*domains)
 		if err != nil {
 			hook.Drain(stdin, hook.ReadTimeout)
-			return exitCode(fmt.Errorf("usage: --domains: %v", err), stderr)
+			return exitCode(outcome.Errorf(outcome.Usage, "usage: --domains: %v", err), stderr)
 		}
 		opts.Domains = re
 	}
@@ -92,23 +78,11 @@ func run(args []string, stdin io.Reader, stderr io.Writer) int {
 	return exitCode(err, stderr)
 }
 
-// exitCode maps an error to its exit code and prints it as one line.
+// exitCode maps an error to its exit code (internal/outcome) and prints it
+// as one line.
 func exitCode(err error, stderr io.Writer) int {
-	if err == nil {
-		return exitOK
+	if err != nil {
+		fmt.Fprintln(stderr, "rbdfence: "+strings.Join(strings.Fields(err.Error()), " "))
 	}
-	fmt.Fprintln(stderr, "rbdfence: "+strings.Join(strings.Fields(err.Error()), " "))
-	var he *hook.Error
-	if !errors.As(err, &he) {
-		return exitUsage
-	}
-	switch he.Kind {
-	case hoststep.KindUsage:
-		return exitUsage
-	case hoststep.KindCeph:
-		return exitCeph
-	case hoststep.KindRefused:
-		return exitRefused
-	}
-	return exitFailure
+	return outcome.Code(err)
 }

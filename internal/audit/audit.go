@@ -4,6 +4,8 @@ package audit
 
 import (
 	"bufio"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +15,14 @@ import (
 
 	"github.com/rbdfence/rbdfence/internal/engine"
 )
+
+// NewRunID returns a short random id naming one run in logs, audit
+// records, claims and events: the one run-id function of every binary.
+func NewRunID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
 
 // Record is one audit line.
 type Record struct {

@@ -3,6 +3,7 @@ package audit
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,5 +39,16 @@ func TestFromReportAppendRead(t *testing.T) {
 	}
 	if recs, bad, err := Read(filepath.Join(t.TempDir(), "none")); err != nil || bad != 0 || recs != nil {
 		t.Fatal("a missing log is empty")
+	}
+}
+
+func TestNewRunID(t *testing.T) {
+	seen := map[string]bool{}
+	for range 100 {
+		id := NewRunID()
+		if len(id) != 12 || strings.Trim(id, "0123456789abcdef") != "" || seen[id] {
+			t.Fatalf("run id %q (seen before: %v)", id, seen[id])
+		}
+		seen[id] = true
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // BlocklistEntry is one entry of the OSD blocklist.
@@ -32,6 +33,9 @@ type CapError struct {
 func (e *CapError) Error() string {
 	return fmt.Sprintf("client.%s may not %s: grant it %s (or use a user that has it, e.g. --id rbdfence-admin)", e.User, e.What, e.Need)
 }
+
+// Outcome: our credentials are refused for this.
+func (e *CapError) Outcome() outcome.Kind { return outcome.Unavailable }
 
 // RMCap is the monitor capability that allows removing blocklist entries.
 const RMCap = `mon 'profile rbd, allow command "osd blocklist" with blocklistop=rm'`

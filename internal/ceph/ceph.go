@@ -23,6 +23,7 @@ import (
 	"github.com/ceph/go-ceph/rbd"
 
 	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // Config says how to reach the cluster. Every call is bounded by OpTimeout,
@@ -75,6 +76,9 @@ func (e *ConnectError) Error() string {
 }
 
 func (e *ConnectError) Unwrap() error { return e.Err }
+
+// Outcome: the check could not be done.
+func (e *ConnectError) Outcome() outcome.Kind { return outcome.Unavailable }
 
 // Errno returns the Ceph/POSIX error number inside a go-ceph error, or 0.
 func Errno(err error) int {

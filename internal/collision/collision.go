@@ -17,10 +17,10 @@ import (
 	"github.com/rbdfence/rbdfence/internal/opennebula"
 )
 
-// EventID is the id of the event for one audit record. It is derived from the
+// eventID is the id of the event for one audit record. It is derived from the
 // run, image and address, so a run that is retried after a crash re-creates
 // the same id and oned counts the collision once.
-func EventID(r audit.Record) string {
+func eventID(r audit.Record) string {
 	sum := sha256.Sum256([]byte(fmt.Sprintf("%s|%d|%s|%s", r.Run, r.VM, r.Image, r.Address)))
 	return hex.EncodeToString(sum[:16])
 }
@@ -38,7 +38,7 @@ func Events(recs []audit.Record, source string) []events.Event {
 			action = "fence-failed"
 		}
 		out = append(out, events.Event{
-			ID: EventID(r), Time: r.Time, VM: r.VM, Host: r.Host, Image: r.Image, Client: r.Client,
+			ID: eventID(r), Time: r.Time, VM: r.VM, Host: r.Host, Image: r.Image, Client: r.Client,
 			Address: r.Address, Cookie: r.Cookie, Action: action, Expire: r.Expire, Source: source,
 		})
 	}

@@ -29,7 +29,7 @@ func TestEvents(t *testing.T) {
 	// after the blocklist and the final event replace each other.
 	intent := rec
 	intent.Action, intent.Time = "blocklisted", time.Unix(99, 0)
-	if EventID(intent) != EventID(rec) || EventID(rec) == EventID(failed) {
+	if eventID(intent) != eventID(rec) || eventID(rec) == eventID(failed) {
 		t.Fatal("event ids must be stable per run, VM, image and address")
 	}
 }

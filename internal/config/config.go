@@ -138,6 +138,21 @@ type Config struct {
 	LogLevel string `yaml:"log_level"`
 }
 
+// Host is this host's name in the audit log, claims and events: host_name
+// when set, else the short system host name (OpenNebula's usual host name),
+// or "unknown". The one host-name rule of every binary.
+func (c *Config) Host() string {
+	if c.HostName != "" {
+		return c.HostName
+	}
+	h, err := os.Hostname()
+	short, _, _ := strings.Cut(h, ".")
+	if err != nil || short == "" {
+		return "unknown"
+	}
+	return short
+}
+
 // Default returns the built-in configuration.
 func Default() *Config {
 	return &Config{

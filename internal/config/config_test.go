@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -74,4 +75,22 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("multi-line error: %q", err)
 		}
 	})
+}
+
+// TestHost: the one host-name rule (audit log, claims, events): host_name
+// when set, else the short system host name.
+func TestHost(t *testing.T) {
+	h, _ := os.Hostname()
+	short, _, _ := strings.Cut(h, ".")
+	for _, tc := range []struct{ set, want string }{
+		{"node1.example.com", "node1.example.com"},
+		{"node1", "node1"},
+		{"", short},
+	} {
+		c := Default()
+		c.HostName = tc.set
+		if got := c.Host(); got != tc.want || got == "" || (tc.set == "" && strings.Contains(got, ".")) {
+			t.Errorf("host_name %q: Host() = %q, want %q", tc.set, got, tc.want)
+		}
+	}
 }

@@ -69,7 +69,7 @@ func Run(ctx context.Context, o Options) []Result {
 		add("config", o.ConfigErr, "", "correct the key named in the message (README: configuration reference)")
 		return out
 	}
-	add("config", nil, o.ConfigPath+" is valid", "")
+	add("config", nil, configDetail(o.ConfigPath, o.Config), "")
 	cfg := o.Config
 	if o.Connect != nil {
 		c, err := o.Connect(ctx, cfg)
@@ -96,6 +96,32 @@ func Run(ctx context.Context, o Options) []Result {
 		out = append(out, checkOned(ctx, cfg))
 	}
 	return out
+}
+
+// configDetail says whether the config file exists and, when it does not,
+// which defaults apply (flags may have overridden some: cfg is what runs).
+func configDetail(path string, cfg *config.Config) string {
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		return path + " is valid"
+	}
+	mons := "monitors from the default ceph.conf"
+	switch {
+	case cfg.Ceph.MonHost != "":
+		mons = "ceph.mon_host " + cfg.Ceph.MonHost
+	case cfg.Ceph.Conf != "":
+		mons = "monitors from " + cfg.Ceph.Conf
+	}
+	return fmt.Sprintf("%s is absent: built-in defaults apply (ceph.user %s, ceph.keyring %s, %s unless a disk names its own, "+
+		"fence.expire %s, fence.fail_open %t, opennebula.endpoint %s, audit_log %s; README: Configuration)",
+		path, cfg.Ceph.User, cfg.Ceph.Keyring, mons, days(time.Duration(cfg.Fence.Expire)), cfg.Fence.FailOpen, cfg.OpenNebula.Endpoint, cfg.AuditLog)
+}
+
+// days writes whole days as the config does ("7d").
+func days(d time.Duration) string {
+	if d > 0 && d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	}
+	return d.String()
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

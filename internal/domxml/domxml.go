@@ -18,13 +18,13 @@ import (
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
 
-// OpenNebulaNS is the XML namespace of the metadata OpenNebula writes into
+// openNebulaNS is the XML namespace of the metadata OpenNebula writes into
 // every KVM domain (`<metadata><one:vm xmlns:one="...">`).
-const OpenNebulaNS = "http://opennebula.org/xmlns/libvirt/1.0"
+const openNebulaNS = "http://opennebula.org/xmlns/libvirt/1.0"
 
-// DefaultCephPort is the monitor port used when a `<host>` has no port, as
+// defaultCephPort is the monitor port used when a `<host>` has no port, as
 // OpenNebula's LibVirtDriver (CEPH_DEFAULT_PORT) and librados do.
-const DefaultCephPort = "6789"
+const defaultCephPort = "6789"
 
 // Domain is what rbdfence takes from one libvirt domain definition.
 type Domain struct {
@@ -193,7 +193,7 @@ func monitor(h libvirtxml.DomainDiskSourceHost) (string, error) {
 	}
 	port := h.Port
 	if port == "" {
-		port = DefaultCephPort
+		port = defaultCephPort
 	}
 	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 		return "", fmt.Errorf("monitor host %q: bad port %q", h.Name, h.Port)
@@ -209,7 +209,7 @@ func monitor(h libvirtxml.DomainDiskSourceHost) (string, error) {
 func openNebulaMeta(xmlDoc []byte) (*OpenNebulaMeta, error) {
 	var doc struct {
 		Metadata struct {
-			VM []OpenNebulaMeta `xml:"http://opennebula.org/xmlns/libvirt/1.0 vm"` // OpenNebulaNS
+			VM []OpenNebulaMeta `xml:"http://opennebula.org/xmlns/libvirt/1.0 vm"` // openNebulaNS
 		} `xml:"metadata"`
 	}
 	if err := xml.Unmarshal(xmlDoc, &doc); err != nil {

@@ -161,14 +161,21 @@ func (r *Report) Err() error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	return &IncompleteError{Problems: msgs}
+	return &IncompleteError{Problems: msgs, DryRun: r.DryRun}
 }
 
 // IncompleteError says a check or fence did not complete everywhere.
-type IncompleteError struct{ Problems []string }
+type IncompleteError struct {
+	Problems []string
+	DryRun   bool // a check (nothing was to be fenced), not a fence
+}
 
 func (e *IncompleteError) Error() string {
-	return fmt.Sprintf("fence incomplete (%d problem(s)): %s", len(e.Problems), strings.Join(e.Problems, "; "))
+	what := "fence"
+	if e.DryRun {
+		what = "check"
+	}
+	return fmt.Sprintf("%s incomplete (%d problem(s)): %s", what, len(e.Problems), strings.Join(e.Problems, "; "))
 }
 
 // ScopeKind selects which foreign clients a run may fence.

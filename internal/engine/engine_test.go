@@ -152,6 +152,22 @@ func TestMissingImage(t *testing.T) {
 	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "one/nope") {
 		t.Fatalf("missing image must be named: %v", err)
 	}
+	// A check is not a fence: its error must not say one was attempted.
+	for _, tc := range []struct {
+		dry  bool
+		want string
+	}{{true, "check incomplete (1 problem(s)): "}, {false, "fence incomplete (1 problem(s)): "}} {
+		e := engine.New(f, engine.Options{})
+		var rr *engine.Report
+		if tc.dry {
+			rr = e.Check(ctx, []engine.Image{img("nope")}, engine.Scope{})
+		} else {
+			rr = e.Fence(ctx, []engine.Image{img("nope")}, engine.Scope{}, nil)
+		}
+		if err := rr.Err(); err == nil || !strings.HasPrefix(err.Error(), tc.want) || (tc.dry && strings.Contains(err.Error(), "fence")) {
+			t.Errorf("dry run %v: %v, want it to start %q", tc.dry, err, tc.want)
+		}
+	}
 	r = engine.New(f, engine.Options{MissingOK: true}).Check(ctx, []engine.Image{img("nope")}, engine.Scope{})
 	if r.Err() != nil || !r.Images[0].Missing {
 		t.Fatalf("MissingOK: %+v", r.Images[0])

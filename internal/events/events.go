@@ -26,7 +26,7 @@ const TimeFormat = "2006-01-02T15:04:05Z07:00"
 // Event is one collision: a foreign client of a VM's RBD image and what
 // rbdfence did about it. The JSON form is stable (it is the spool format).
 type Event struct {
-	// ID identifies the event for exactly-once delivery (see NewID).
+	// ID identifies the event for exactly-once delivery (see newID).
 	ID string `json:"id"`
 	// Time is when the collision was seen.
 	Time time.Time `json:"time"`
@@ -65,8 +65,8 @@ type Sink interface {
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-// NewID returns a new random event id (32 hex digits, 128 bits).
-func NewID() string {
+// newID returns a new random event id (32 hex digits, 128 bits).
+func newID() string {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		// crypto/rand does not fail on supported platforms (Go 1.24+ panics

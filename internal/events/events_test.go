@@ -24,7 +24,7 @@ func TestValidate(t *testing.T) {
 		wantErr string
 	}{
 		{"ok", func(*Event) {}, ""},
-		{"ok generated id", func(e *Event) { e.ID = NewID() }, ""},
+		{"ok generated id", func(e *Event) { e.ID = newID() }, ""},
 		{"empty id", func(e *Event) { e.ID = "" }, "event id"},
 		{"slash in id", func(e *Event) { e.ID = "a/b" }, "event id"},
 		{"dot id", func(e *Event) { e.ID = ".hidden" }, "event id"},
@@ -94,12 +94,12 @@ func TestSummary(t *testing.T) {
 func TestNewID(t *testing.T) {
 	seen := map[string]bool{}
 	for i := 0; i < 1000; i++ {
-		id := NewID()
+		id := newID()
 		if len(id) != 32 || !idRE.MatchString(id) {
-			t.Fatalf("NewID() = %q: want 32 hex digits", id)
+			t.Fatalf("newID() = %q: want 32 hex digits", id)
 		}
 		if seen[id] {
-			t.Fatalf("NewID() repeated %q", id)
+			t.Fatalf("newID() repeated %q", id)
 		}
 		seen[id] = true
 	}

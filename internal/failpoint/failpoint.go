@@ -8,13 +8,13 @@ import (
 	"syscall"
 )
 
-// Env is the variable that arms one failpoint.
-const Env = "RBDFENCE_FAILPOINT"
+// envVar is the variable that arms one failpoint.
+const envVar = "RBDFENCE_FAILPOINT"
 
 // Hit kills the process with SIGKILL (no deferred code runs, like a crash or
 // the OOM killer) when RBDFENCE_FAILPOINT equals name.
 func Hit(name string) {
-	if os.Getenv(Env) == name {
+	if os.Getenv(envVar) == name {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is on its way
 	}

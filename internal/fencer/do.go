@@ -4,39 +4,19 @@ package fencer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
-	"github.com/rbdfence/rbdfence/internal/ceph"
 	"github.com/rbdfence/rbdfence/internal/collision"
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/events"
 	"github.com/rbdfence/rbdfence/internal/failpoint"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
-
-// Kind classifies an error for the host-step protocol and exit codes.
-func Kind(err error) string {
-	var (
-		ce   *ceph.ConnectError
-		held *engine.ClaimHeldError
-		nd   *engine.NewerDeployError
-		el   *engine.ClaimedElsewhereError
-	)
-	switch {
-	case err == nil:
-		return ""
-	case errors.As(err, &held), errors.As(err, &nd), errors.As(err, &el):
-		return hoststep.KindRefused
-	case errors.As(err, &ce):
-		return hoststep.KindCeph
-	}
-	return hoststep.KindFailure
-}
 
 // Do performs one host step: it connects to Ceph with the disks' access,
 // runs the engine operation under the VM's claim, appends the audit log and
@@ -44,10 +24,10 @@ func Kind(err error) string {
 func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hoststep.Response {
 	resp := &hoststep.Response{Op: req.Op}
 	fail := func(err error) *hoststep.Response {
-		resp.OK, resp.Kind, resp.Error = false, Kind(err), err.Error()
+		resp.OK, resp.Kind, resp.Error = false, outcome.Of(err), err.Error()
 		return resp
 	}
-	ips, err := HostIPs(cfg)
+	ips, err := hostIPs(cfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -62,7 +42,7 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 	}
 	opts, err := EngineOptions(cfg)
 	if err != nil {
-		resp.Kind, resp.Error = hoststep.KindUsage, err.Error()
+		resp.Kind, resp.Error = outcome.Usage, err.Error()
 		return resp
 	}
 	opts.MissingOK = true

@@ -7,12 +7,9 @@ package fencer
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -23,22 +20,6 @@ import (
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
-
-// RunID returns a short random id naming one run in logs, audit and claims.
-func RunID() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// Hostname returns the short host name OpenNebula would use, or "unknown".
-func Hostname() string {
-	h, err := os.Hostname()
-	if err != nil || h == "" {
-		return "unknown"
-	}
-	return h
-}
 
 // Access returns the Ceph access for disk d: the disk's own values (from the
 // VM definition) where set, the configuration otherwise.
@@ -130,7 +111,7 @@ func Audit(cfg *config.Config, r *engine.Report, m audit.Meta) ([]audit.Record, 
 
 // HostIPs returns this host's own addresses: host_addresses from the config,
 // or every address on its interfaces.
-func HostIPs(cfg *config.Config) ([]netip.Addr, error) {
+func hostIPs(cfg *config.Config) ([]netip.Addr, error) {
 	var out []netip.Addr
 	if len(cfg.HostAddresses) > 0 {
 		for _, s := range cfg.HostAddresses {

@@ -9,20 +9,21 @@ import (
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
 
-// OpFence is the Op of a claim-less fence (FenceDisks) in responses and
+// opFence is the Op of a claim-less fence (FenceDisks) in responses and
 // audit records.
-const OpFence = "fence"
+const opFence = "fence"
 
 // FenceDisks fences every foreign client of disks without a VM claim: the
 // libvirt hook uses it for domains that are not OpenNebula VMs ("one-<ID>"),
 // which have no claim object. Shareable disks are inspected and reported,
 // never fenced. It appends the audit log with VM -1 and returns the
-// structured response (never nil); Kind classifies a failure as for Do.
+// structured response (never nil); outcome.Of classifies a failure as for Do.
 func FenceDisks(ctx context.Context, cfg *config.Config, disks []vmdisk.Disk, run, host string) *hoststep.Response {
-	resp := &hoststep.Response{Op: OpFence}
+	resp := &hoststep.Response{Op: opFence}
 	groups := Groups(cfg, disks)
 	if len(groups) == 0 {
 		resp.OK = true
@@ -31,7 +32,7 @@ func FenceDisks(ctx context.Context, cfg *config.Config, disks []vmdisk.Disk, ru
 	}
 	opts, err := EngineOptions(cfg)
 	if err != nil {
-		resp.Kind, resp.Error = hoststep.KindUsage, err.Error()
+		resp.Kind, resp.Error = outcome.Usage, err.Error()
 		return resp
 	}
 	opts.MissingOK = true
@@ -45,10 +46,10 @@ func FenceDisks(ctx context.Context, cfg *config.Config, disks []vmdisk.Disk, ru
 		}
 	}
 	resp.Report = report
-	recs, aerr := Audit(cfg, report, audit.Meta{Run: run, Op: OpFence, VM: -1, Host: host})
+	recs, aerr := Audit(cfg, report, audit.Meta{Run: run, Op: opFence, VM: -1, Host: host})
 	resp.Audit = recs
 	if err != nil {
-		resp.OK, resp.Kind, resp.Error = false, Kind(err), err.Error()
+		resp.OK, resp.Kind, resp.Error = false, outcome.Of(err), err.Error()
 		return resp
 	}
 	if aerr != nil {

@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
-// Exit maps a driver's error to its exit code and writes the one stderr line
-// oned shows: the one switch every driver main uses. A wrapped action's own
+// Exit maps a driver's error to its exit code (internal/outcome) and writes
+// the one stderr line oned shows: every driver main ends here. A wrapped action's own
 // failure (*ExitError) keeps its code; its stderr was relayed as it came.
 func Exit(err error, stderr io.Writer) int {
 	var (
@@ -20,15 +22,14 @@ func Exit(err error, stderr io.Writer) int {
 	)
 	switch {
 	case err == nil:
-		return ExitOK
 	case errors.As(err, &xe):
 		return xe.Code
 	case errors.As(err, &fe):
 		fmt.Fprintln(stderr, fe.Msg)
-		return fe.Kind.ExitCode()
+	default:
+		fmt.Fprintln(stderr, "rbdfence: "+err.Error())
 	}
-	fmt.Fprintln(stderr, "rbdfence: "+err.Error())
-	return ExitFailure
+	return outcome.Code(err)
 }
 
 // Main runs a driver's body with SIGTERM/SIGINT cancelling its context and

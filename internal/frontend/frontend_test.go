@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 func TestShellQuoteThroughShell(t *testing.T) {
@@ -98,7 +99,7 @@ func TestParseArgs(t *testing.T) {
 				return
 			}
 			fe, ok := err.(*Error)
-			if !ok || fe.Kind != KindUsage || !strings.Contains(fe.Msg, tc.err) || strings.Contains(fe.Msg, "\n") {
+			if !ok || fe.Kind != outcome.Usage || !strings.Contains(fe.Msg, tc.err) || strings.Contains(fe.Msg, "\n") {
 				t.Fatalf("want a one-line usage error with %q, got %#v", tc.err, err)
 			}
 		})
@@ -177,11 +178,25 @@ func TestLogLines(t *testing.T) {
 	}
 }
 
-func TestKindExitCodes(t *testing.T) {
-	for k, want := range map[Kind]int{KindFailure: 1, KindUsage: 2, KindUnavailable: 3, KindRefused: 4} {
-		if got := k.ExitCode(); got != want {
-			t.Errorf("%v: exit %d, want %d", k, got, want)
+// TestExitEveryKind: a driver exits with the code of its error's kind, for
+// every kind of internal/outcome (a kind added there is covered here).
+func TestExitEveryKind(t *testing.T) {
+	for _, k := range outcome.All() {
+		var err error
+		if k != outcome.OK {
+			err = errorf(k, 42, "VM 42: %s", k)
 		}
+		var stderr bytes.Buffer
+		if got := Exit(err, &stderr); got != k.Code() {
+			t.Errorf("%v: exit %d, want %d", k, got, k.Code())
+		}
+		if k != outcome.OK && stderr.String() != "VM 42: "+k.String()+"\n" {
+			t.Errorf("%v: stderr %q", k, stderr.String())
+		}
+	}
+	var stderr bytes.Buffer
+	if got := Exit(&ExitError{What: "deploy", Code: 7}, &stderr); got != 7 || stderr.Len() != 0 {
+		t.Errorf("wrapped action: exit %d, stderr %q", got, stderr.String())
 	}
 }
 

@@ -13,9 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/opennebula"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // OrigSuffix names the original TM script kept next to its wrapper.
@@ -36,27 +38,27 @@ type MigrateArgs struct {
 func ParseMigrateArgs(op string, args []string) (MigrateArgs, error) {
 	usage := "usage: " + op + " <src_host> <dst_host> <remote_system_dir> <vmid> <sys_dsid> [caller_tm] (base64 VM XML on stdin), as oned runs a TM " + op + " action"
 	if len(args) < 5 || len(args) > 6 {
-		return MigrateArgs{}, errorf(KindUsage, -1, "wrong number of arguments (%d); %s", len(args), usage)
+		return MigrateArgs{}, errorf(outcome.Usage, -1, "wrong number of arguments (%d); %s", len(args), usage)
 	}
 	a := MigrateArgs{Src: args[0], Dst: args[1], Dir: args[2], VM: -1}
 	vm, err := parseVMID(args[3])
 	if err != nil {
-		return a, errorf(KindUsage, -1, "%v; %s", err, usage)
+		return a, errorf(outcome.Usage, -1, "%v; %s", err, usage)
 	}
 	a.VM = vm
 	ds, err := parseVMID(args[4])
 	if err != nil {
-		return a, errorf(KindUsage, vm, "system datastore id %q is not a non-negative integer; %s", clip(args[4]), usage)
+		return a, errorf(outcome.Usage, vm, "system datastore id %q is not a non-negative integer; %s", clip(args[4]), usage)
 	}
 	a.DSID = ds
 	if len(args) == 6 {
 		a.Caller = args[5]
 	}
 	if err := checkHost("source host", a.Src); err != nil {
-		return a, errorf(KindUsage, vm, "%v; %s", err, usage)
+		return a, errorf(outcome.Usage, vm, "%v; %s", err, usage)
 	}
 	if err := checkHost("destination host", a.Dst); err != nil {
-		return a, errorf(KindUsage, vm, "%v; %s", err, usage)
+		return a, errorf(outcome.Usage, vm, "%v; %s", err, usage)
 	}
 	return a, nil
 }
@@ -91,20 +93,20 @@ func (e *Env) loadMigration(ctx context.Context, op string, args []string, stdin
 	} else {
 		doc, err := DecodeBase64("VM XML", stdin)
 		if err != nil {
-			return nil, errorf(KindUsage, a.VM, "VM %d: %s: %v", a.VM, op, err)
+			return nil, errorf(outcome.Usage, a.VM, "VM %d: %s: %v", a.VM, op, err)
 		}
 		if vm, err = opennebula.ParseVM(doc); err != nil {
-			return nil, errorf(KindUsage, a.VM, "VM %d: %s: the VM XML on stdin: %v", a.VM, op, err)
+			return nil, errorf(outcome.Usage, a.VM, "VM %d: %s: the VM XML on stdin: %v", a.VM, op, err)
 		}
 		if vm.ID != a.VM {
-			return nil, errorf(KindUsage, a.VM, "VM %d: %s: the VM XML on stdin is VM %d's", a.VM, op, vm.ID)
+			return nil, errorf(outcome.Usage, a.VM, "VM %d: %s: the VM XML on stdin is VM %d's", a.VM, op, vm.ID)
 		}
 	}
 	if len(vm.Disks) == 0 {
 		e.Log.Info("%s: VM %d opens no RBD image%s: nothing to do", op, a.VM, skippedNote(vm))
 		return nil, nil
 	}
-	return &migration{a: a, vm: vm, run: NewRunID()}, nil
+	return &migration{a: a, vm: vm, run: audit.NewRunID()}, nil
 }
 
 // step runs op (premigrate on the source, or the front-end with remote:
@@ -136,7 +138,7 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 	}
 	if !resp.OK {
 		e.record(resp, op, e.local(pl))
-		return errorf(kindOf(resp.Kind), a.VM, "VM %d: rbdfence %s (%s -> %s) failed: %s", a.VM, op, a.Src, a.Dst, resp.Error)
+		return errorf(resp.Kind, a.VM, "VM %d: rbdfence %s (%s -> %s) failed: %s", a.VM, op, a.Src, a.Dst, resp.Error)
 	}
 	defer e.record(resp, op, e.local(pl))
 	switch op {
@@ -165,7 +167,7 @@ func Migrate(ctx context.Context, e *Env, op, self string, args []string, stdinR
 	switch op {
 	case hoststep.OpPremigrate, hoststep.OpPostmigrate, hoststep.OpFailmigrate:
 	default:
-		return errorf(KindUsage, -1, "unknown TM action %q", op)
+		return errorf(outcome.Usage, -1, "unknown TM action %q", op)
 	}
 	stdin, err := ReadStdin(stdinR)
 	if err != nil {
@@ -224,7 +226,7 @@ func (e *Env) runOriginal(ctx context.Context, op, self string, args []string, s
 	orig := self + OrigSuffix
 	st, err := os.Stat(orig)
 	if err != nil || st.IsDir() {
-		return errorf(KindFailure, -1, "the original TM %s script %s is missing: reinstall rbdfence (install.sh frontend) or restore it", op, orig)
+		return errorf(outcome.Failure, -1, "the original TM %s script %s is missing: reinstall rbdfence (install.sh frontend) or restore it", op, orig)
 	}
 	argv := append([]string{orig}, args...)
 	if isBash(orig) {
@@ -237,7 +239,7 @@ func (e *Env) runOriginal(ctx context.Context, op, self string, args []string, s
 	code, err := run(ctx, proc{argv: argv, stdin: bytes.NewReader(stdin), stdout: e.Stdout, stderr: e.Stderr,
 		timeout: time.Duration(e.Cfg.Timeouts.Action)})
 	if err != nil {
-		return errorf(KindFailure, -1, "the original TM %s script %s: %v", op, orig, err)
+		return errorf(outcome.Failure, -1, "the original TM %s script %s: %v", op, orig, err)
 	}
 	if code != 0 {
 		return &ExitError{What: "original " + op, Code: code}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // These tests pin the migration failure policy. The host side is a
@@ -123,7 +124,7 @@ func vmStdin(t *testing.T) string {
 func TestMigratePolicy(t *testing.T) {
 	ok := func(op string) *hoststep.Response { return &hoststep.Response{OK: true, Op: op} }
 	fail := func(op, kind string) *hoststep.Response {
-		return &hoststep.Response{Op: op, Kind: kind, Error: "VM 42: something " + kind}
+		return &hoststep.Response{Op: op, Kind: outcome.Parse(kind), Error: "VM 42: something " + kind}
 	}
 	args := []string{"node1", "node2", "/var/lib/one//datastores/0/42", "42", "0"}
 	for _, tc := range []struct {
@@ -143,12 +144,12 @@ func TestMigratePolicy(t *testing.T) {
 		wantHost  string // where the step ran (ssh-hosts)
 	}{
 		{name: "premigrate ok", op: "premigrate", resp: ok("premigrate"), wantCode: 0, wantOps: []string{"premigrate"}, wantHost: "node1"},
-		{name: "premigrate refused aborts", op: "premigrate", resp: fail("premigrate", "refused"), respCode: 4, wantCode: ExitRefused, wantPlain: "something refused", wantOps: []string{"premigrate"}},
-		{name: "premigrate ceph down aborts", op: "premigrate", resp: fail("premigrate", "ceph"), respCode: 3, wantCode: ExitUnavailable, wantPlain: "something ceph"},
-		{name: "premigrate host unreachable aborts", op: "premigrate", resp: nil, respCode: 255, wantCode: ExitUnavailable, wantPlain: "ssh to host node1 failed"},
+		{name: "premigrate refused aborts", op: "premigrate", resp: fail("premigrate", "refused"), respCode: 4, wantCode: outcome.Refused.Code(), wantPlain: "something refused", wantOps: []string{"premigrate"}},
+		{name: "premigrate ceph down aborts", op: "premigrate", resp: fail("premigrate", "ceph"), respCode: 3, wantCode: outcome.Unavailable.Code(), wantPlain: "something ceph"},
+		{name: "premigrate host unreachable aborts", op: "premigrate", resp: nil, respCode: 255, wantCode: outcome.Unavailable.Code(), wantPlain: "ssh to host node1 failed"},
 		{name: "premigrate original fails: window closed again", op: "premigrate", resp: ok("premigrate"), origCode: 7, wantCode: 7, wantOps: []string{"premigrate", "failmigrate"}},
-		{name: "premigrate bad stdin aborts", op: "premigrate", stdin: "%%%", wantCode: ExitUsage, wantPlain: "not base64"},
-		{name: "premigrate original missing", op: "premigrate", resp: ok("premigrate"), noOrig: true, wantCode: ExitFailure, wantPlain: "is missing"},
+		{name: "premigrate bad stdin aborts", op: "premigrate", stdin: "%%%", wantCode: outcome.Usage.Code(), wantPlain: "not base64"},
+		{name: "premigrate original missing", op: "premigrate", resp: ok("premigrate"), noOrig: true, wantCode: outcome.Failure.Code(), wantPlain: "is missing"},
 		{name: "premigrate same host", op: "premigrate", args: []string{"node1", "node1", "/d", "42", "0"}, wantCode: 0, wantOps: nil},
 		{name: "premigrate from migrate_other", op: "premigrate", resp: ok("premigrate"), args: append(append([]string{}, args...), "ssh"), wantCode: 0, wantOps: []string{"premigrate"}},
 		{name: "postmigrate ok", op: "postmigrate", resp: ok("postmigrate"), wantCode: 0, wantOps: []string{"postmigrate"}, wantHost: "node2"},
@@ -156,7 +157,7 @@ func TestMigratePolicy(t *testing.T) {
 		{name: "postmigrate original fails", op: "postmigrate", resp: ok("postmigrate"), origCode: 2, wantCode: 2},
 		{name: "postmigrate bad stdin", op: "postmigrate", stdin: "bm90IFhNTA==", wantCode: 0, wantLog: "VM XML on stdin"},
 		{name: "failmigrate ok", op: "failmigrate", resp: ok("failmigrate"), wantCode: 0, wantOps: []string{"failmigrate"}, wantHost: "node2"},
-		{name: "failmigrate failure shows", op: "failmigrate", resp: fail("failmigrate", "failure"), respCode: 1, wantCode: ExitFailure, wantPlain: "something failure"},
+		{name: "failmigrate failure shows", op: "failmigrate", resp: fail("failmigrate", "failure"), respCode: 1, wantCode: outcome.Failure.Code(), wantPlain: "something failure"},
 		{name: "failmigrate original's code wins", op: "failmigrate", resp: fail("failmigrate", "failure"), respCode: 1, origCode: 5, wantCode: 5, wantLog: "something failure"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -187,7 +188,7 @@ func TestMigratePolicy(t *testing.T) {
 			case errors.As(err, &xe):
 				code = xe.Code
 			case errors.As(err, &fe):
-				code = fe.Kind.ExitCode()
+				code = fe.Kind.Code()
 				if strings.Contains(fe.Msg, "\n") {
 					t.Errorf("multi-line message %q", fe.Msg)
 				}
@@ -248,7 +249,7 @@ func TestMigratePolicy(t *testing.T) {
 
 func TestMigrateBrokenConfigStillRunsOriginal(t *testing.T) {
 	s := newStub(t, "postmigrate", true)
-	e := BrokenEnv(errorf(KindUsage, -1, "config /x: fence.expire: bad"), s.out, s.errb)
+	e := BrokenEnv(errorf(outcome.Usage, -1, "config /x: fence.expire: bad"), s.out, s.errb)
 	err := Migrate(t.Context(), e, "postmigrate", s.self, []string{"n1", "n2", "/d", "42", "0"}, strings.NewReader(vmStdin(t)))
 	if err != nil {
 		t.Fatalf("postmigrate must keep the original's code: %v", err)
@@ -257,10 +258,10 @@ func TestMigrateBrokenConfigStillRunsOriginal(t *testing.T) {
 		t.Fatalf("original not run or config error not logged:\n%s", s.errb.String())
 	}
 	s = newStub(t, "premigrate", true)
-	e = BrokenEnv(errorf(KindUsage, -1, "config /x: fence.expire: bad"), s.out, s.errb)
+	e = BrokenEnv(errorf(outcome.Usage, -1, "config /x: fence.expire: bad"), s.out, s.errb)
 	err = Migrate(t.Context(), e, "premigrate", s.self, []string{"n1", "n2", "/d", "42", "0"}, strings.NewReader(vmStdin(t)))
 	var fe *Error
-	if !errors.As(err, &fe) || fe.Kind != KindUsage || s.read("orig-args") == "" {
+	if !errors.As(err, &fe) || fe.Kind != outcome.Usage || s.read("orig-args") == "" {
 		t.Fatalf("premigrate with a broken config must fail after the original ran: %v", err)
 	}
 }

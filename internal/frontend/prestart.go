@@ -2,8 +2,6 @@ package frontend
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -16,15 +14,8 @@ import (
 	"github.com/rbdfence/rbdfence/internal/events"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/opennebula"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
-
-// NewRunID returns a short random id naming one run in logs, audit records,
-// events and the claim.
-func NewRunID() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
 
 // StartInput says which start of which VM to check.
 type StartInput struct {
@@ -63,7 +54,7 @@ func (e *Env) readVM(ctx context.Context, id int) (*opennebula.VMInfo, error) {
 	o := e.Cfg.OpenNebula
 	client, err := opennebula.New(o.Endpoint, o.AuthFile, time.Duration(e.Cfg.Timeouts.Oned))
 	if err != nil {
-		return nil, errorf(KindUsage, id, "VM %d: cannot read it from oned: %v (check opennebula.endpoint and opennebula.auth_file)", id, err)
+		return nil, errorf(outcome.Usage, id, "VM %d: cannot read it from oned: %v (check opennebula.endpoint and opennebula.auth_file)", id, err)
 	}
 	octx, cancel := context.WithTimeout(ctx, time.Duration(e.Cfg.Timeouts.Oned))
 	defer cancel()
@@ -72,11 +63,11 @@ func (e *Env) readVM(ctx context.Context, id int) (*opennebula.VMInfo, error) {
 	case err == nil:
 		return vm, nil
 	case errors.Is(err, opennebula.ErrNotFound):
-		return nil, errorf(KindUsage, id, "VM %d does not exist in oned (%v)", id, err)
+		return nil, errorf(outcome.Usage, id, "VM %d does not exist in oned (%v)", id, err)
 	case errors.Is(err, opennebula.ErrUnreachable), errors.Is(err, opennebula.ErrAuthentication), errors.Is(err, opennebula.ErrAuthorization):
-		return nil, errorf(KindUnavailable, id, "VM %d: cannot read its disks from oned: %v", id, err)
+		return nil, errorf(outcome.Unavailable, id, "VM %d: cannot read its disks from oned: %v", id, err)
 	}
-	return nil, errorf(KindFailure, id, "VM %d: cannot read its disks from oned: %v", id, err)
+	return nil, errorf(outcome.Failure, id, "VM %d: cannot read its disks from oned: %v", id, err)
 }
 
 // Prestart claims VM in.VM for this start and fences every foreign client
@@ -89,14 +80,14 @@ func Prestart(ctx context.Context, e *Env, in StartInput) (*StartResult, error) 
 	e.Log.SetVM(in.VM)
 	res := &StartResult{Host: in.Host, Seq: in.Seq, Run: in.Run}
 	if res.Run == "" {
-		res.Run = NewRunID()
+		res.Run = audit.NewRunID()
 	}
 	if in.VM < 0 {
-		return nil, errorf(KindUsage, in.VM, "bad VM id %d", in.VM)
+		return nil, errorf(outcome.Usage, in.VM, "bad VM id %d", in.VM)
 	}
 	if in.Host != "" {
 		if err := checkHost("host", in.Host); err != nil {
-			return nil, errorf(KindUsage, in.VM, "VM %d: %v", in.VM, err)
+			return nil, errorf(outcome.Usage, in.VM, "VM %d: %v", in.VM, err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(e.Cfg.Timeouts.Total))
@@ -111,10 +102,10 @@ func Prestart(ctx context.Context, e *Env, in StartInput) (*StartResult, error) 
 		res.Host = vm.Host
 	}
 	if res.Host == "" {
-		return nil, errorf(KindUsage, in.VM, "VM %d has no host yet (no HISTORY record) and none was given", in.VM)
+		return nil, errorf(outcome.Usage, in.VM, "VM %d has no host yet (no HISTORY record) and none was given", in.VM)
 	}
 	if err := checkHost("host", res.Host); err != nil {
-		return nil, errorf(KindUsage, in.VM, "VM %d: %v", in.VM, err)
+		return nil, errorf(outcome.Usage, in.VM, "VM %d: %v", in.VM, err)
 	}
 	if vm.Host != "" && vm.Host != res.Host {
 		e.Log.Info("oned places VM %d on %s, the start is on %s: checking for %s", in.VM, vm.Host, res.Host, res.Host)
@@ -143,9 +134,9 @@ func Prestart(ctx context.Context, e *Env, in StartInput) (*StartResult, error) 
 	}
 	e.record(resp, "prestart", e.local(anywhere))
 	if !resp.OK {
-		kind := kindOf(resp.Kind)
+		kind := resp.Kind
 		msg := fmt.Sprintf("VM %d: start on %s refused by rbdfence: %s", in.VM, res.Host, resp.Error)
-		if kind == KindUnavailable || kind == KindUsage {
+		if kind == outcome.Unavailable || kind == outcome.Usage {
 			msg = fmt.Sprintf("VM %d: rbdfence cannot check the start on %s: %s", in.VM, res.Host, resp.Error)
 		}
 		return e.failOpen(res, errorf(kind, in.VM, "%s", msg))
@@ -157,7 +148,7 @@ func Prestart(ctx context.Context, e *Env, in StartInput) (*StartResult, error) 
 // fence.fail_open is set: then it logs and lets the start go on.
 func (e *Env) failOpen(res *StartResult, err error) (*StartResult, error) {
 	var fe *Error
-	if !errors.As(err, &fe) || fe.Kind != KindUnavailable || !e.Cfg.Fence.FailOpen {
+	if !errors.As(err, &fe) || fe.Kind != outcome.Unavailable || !e.Cfg.Fence.FailOpen {
 		return nil, err
 	}
 	e.Log.Error("%s; starting anyway because fence.fail_open is set", fe.Msg)
@@ -259,16 +250,16 @@ func orUnknown(s string) string {
 func ParsePrestartArgs(args []string) (StartInput, error) {
 	const usage = "usage: prestart <vmid> [<host>]"
 	if len(args) < 1 || len(args) > 2 {
-		return StartInput{}, errorf(KindUsage, -1, "wrong number of arguments (%d); %s", len(args), usage)
+		return StartInput{}, errorf(outcome.Usage, -1, "wrong number of arguments (%d); %s", len(args), usage)
 	}
 	vm, err := parseVMID(args[0])
 	if err != nil {
-		return StartInput{}, errorf(KindUsage, -1, "%v; %s", err, usage)
+		return StartInput{}, errorf(outcome.Usage, -1, "%v; %s", err, usage)
 	}
 	in := StartInput{VM: vm, Seq: -1}
 	if len(args) == 2 {
 		if err := checkHost("host", args[1]); err != nil {
-			return StartInput{}, errorf(KindUsage, vm, "%v; %s", err, usage)
+			return StartInput{}, errorf(outcome.Usage, vm, "%v; %s", err, usage)
 		}
 		in.Host = args[1]
 	}

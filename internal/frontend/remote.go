@@ -17,6 +17,7 @@ import (
 
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // Env is what every front-end step needs: the configuration, the path it
@@ -36,12 +37,12 @@ type Env struct {
 
 // LoadEnv reads the configuration at configPath ("" means $RBDFENCE_CONFIG,
 // else /etc/one/rbdfence.yaml, which may be absent) and returns the Env.
-// A bad configuration is a KindUsage *Error naming the key.
+// A bad configuration is an outcome.Usage *Error naming the key.
 func LoadEnv(configPath string, stdout, stderr io.Writer) (*Env, error) {
 	path := config.Path(configPath)
 	cfg, err := config.Load(path, configPath != "" || path != config.DefaultPath)
 	if err != nil {
-		return nil, errorf(KindUsage, -1, "rbdfence: %v", err)
+		return nil, errorf(outcome.Usage, -1, "rbdfence: %v", err)
 	}
 	if stdout == nil {
 		stdout = io.Discard
@@ -222,11 +223,29 @@ func (e *Env) local(pl placement) bool {
 	return pl == anywhere && e.Cfg.OpenNebula.Remote == "local"
 }
 
-// hostStep runs one host step and returns the host's response, which may
-// say the step failed (resp.OK false). The error is a KindUnavailable or
-// KindUsage *Error when no response came back: ssh failed, the binary is
-// missing, it timed out, or it printed no valid response.
+// hostStep runs one host step in the current protocol version. A host whose
+// rbdfence still speaks version 1 (it missed `onehost sync --force`)
+// rejects the version field: the step is asked again in version 1, which
+// that host serves (hoststep package documentation).
 func (e *Env) hostStep(ctx context.Context, host string, req *hoststep.Request, pl placement) (*hoststep.Response, error) {
+	v := *req
+	v.Version = hoststep.Version
+	resp, err := e.hostStepOnce(ctx, host, &v, pl)
+	if err == nil && resp.V1Rejected() {
+		e.Log.Info("host %s runs rbdfence host step protocol version 1, this front-end version %d: asking again in version 1; to upgrade the host, %s",
+			host, hoststep.Version, hoststep.Fix)
+		v.Version = 0
+		resp, err = e.hostStepOnce(ctx, host, &v, pl)
+	}
+	return resp, err
+}
+
+// hostStepOnce runs one host step and returns the host's response, which may
+// say the step failed (resp.OK false). The error is an outcome.Unavailable or
+// outcome.Usage *Error when no response came back: ssh failed, the binary is
+// missing, it timed out, or it printed no valid response; or when the host's
+// protocol version is incompatible.
+func (e *Env) hostStepOnce(ctx context.Context, host string, req *hoststep.Request, pl placement) (*hoststep.Response, error) {
 	var argv []string
 	where := "host " + host
 	if e.local(pl) {
@@ -243,12 +262,12 @@ func (e *Env) hostStep(ctx context.Context, host string, req *hoststep.Request, 
 		var err error
 		argv, err = e.sshArgv(host, e.hostCommand())
 		if err != nil {
-			return nil, errorf(KindUsage, req.VM, "VM %d: %v", req.VM, err)
+			return nil, errorf(outcome.Usage, req.VM, "VM %d: %v", req.VM, err)
 		}
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return nil, errorf(KindFailure, req.VM, "VM %d: encoding the %s request: %v", req.VM, req.Op, err)
+		return nil, errorf(outcome.Failure, req.VM, "VM %d: encoding the %s request: %v", req.VM, req.Op, err)
 	}
 	stdout := &capBuffer{max: hoststep.MaxSize}
 	stderr := &capBuffer{max: 64 << 10}
@@ -256,24 +275,28 @@ func (e *Env) hostStep(ctx context.Context, host string, req *hoststep.Request, 
 	code, rerr := run(ctx, proc{argv: argv, stdin: bytes.NewReader(body), stdout: stdout, stderr: stderr, timeout: timeout})
 	if rerr == nil && !stdout.over {
 		resp, perr := hoststep.ReadResponse(bytes.NewReader(stdout.buf.Bytes()))
+		var ie *hoststep.IncompatibleError
+		if errors.As(perr, &ie) {
+			return nil, errorf(outcome.Usage, req.VM, "VM %d: host %s: %v", req.VM, host, perr)
+		}
 		// A response answers this op; only an early usage failure has none.
-		if perr == nil && (resp.Op == req.Op || (resp.Op == "" && !resp.OK && resp.Kind != "")) {
+		if perr == nil && (resp.Op == req.Op || (resp.Op == "" && !resp.OK && resp.Kind != outcome.OK)) {
 			return resp, nil
 		}
 	}
 	why := lastLine(stderr.buf.Bytes())
 	switch {
 	case errors.Is(rerr, errTimeout):
-		return nil, errorf(KindUnavailable, req.VM, "VM %d: the %s step on %s did not answer within timeouts.ssh (%s)", req.VM, req.Op, where, timeout)
+		return nil, errorf(outcome.Unavailable, req.VM, "VM %d: the %s step on %s did not answer within timeouts.ssh (%s)", req.VM, req.Op, where, timeout)
 	case rerr != nil:
-		return nil, errorf(KindUnavailable, req.VM, "VM %d: cannot run the %s step on %s: %v", req.VM, req.Op, where, rerr)
+		return nil, errorf(outcome.Unavailable, req.VM, "VM %d: cannot run the %s step on %s: %v", req.VM, req.Op, where, rerr)
 	case !e.local(pl) && code == 255:
-		return nil, errorf(KindUnavailable, req.VM, "VM %d: ssh to host %s failed for the %s step: %s", req.VM, host, req.Op, orDash(why))
+		return nil, errorf(outcome.Unavailable, req.VM, "VM %d: ssh to host %s failed for the %s step: %s", req.VM, host, req.Op, orDash(why))
 	case code == 126 || code == 127:
-		return nil, errorf(KindUnavailable, req.VM, "VM %d: the rbdfence host binary %s cannot run on %s (exit %d: %s); install it and run 'onehost sync --force'",
+		return nil, errorf(outcome.Unavailable, req.VM, "VM %d: the rbdfence host binary %s cannot run on %s (exit %d: %s); install it and run 'onehost sync --force'",
 			req.VM, argv0(e, pl), where, code, orDash(why))
 	}
-	return nil, errorf(KindUnavailable, req.VM, "VM %d: the %s step on %s gave no valid answer (exit %d): %s", req.VM, req.Op, where, code, orDash(why))
+	return nil, errorf(outcome.Unavailable, req.VM, "VM %d: the %s step on %s gave no valid answer (exit %d): %s", req.VM, req.Op, where, code, orDash(why))
 }
 
 // hostCommand is the host step's command line on a host. The default

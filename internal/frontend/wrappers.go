@@ -17,6 +17,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/domxml"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // MaxStdin bounds what a driver reads from oned on stdin.
@@ -29,10 +30,10 @@ func ReadStdin(r io.Reader) ([]byte, error) {
 	}
 	b, err := io.ReadAll(io.LimitReader(r, MaxStdin+1))
 	if err != nil {
-		return nil, errorf(KindUsage, -1, "reading stdin: %v", err)
+		return nil, errorf(outcome.Usage, -1, "reading stdin: %v", err)
 	}
 	if len(b) > MaxStdin {
-		return nil, errorf(KindUsage, -1, "stdin is larger than %d bytes", MaxStdin)
+		return nil, errorf(outcome.Usage, -1, "stdin is larger than %d bytes", MaxStdin)
 	}
 	return b, nil
 }
@@ -130,22 +131,22 @@ type DeployArgs struct {
 func ParseDeployArgs(args []string) (DeployArgs, error) {
 	const usage = "usage: deploy-rbdfence <local deployment file> <host> <vmid> <host> (base64 domain XML on stdin), as oned runs a local deploy action"
 	if len(args) != 4 && len(args) != 3 {
-		return DeployArgs{}, errorf(KindUsage, -1, "wrong number of arguments (%d); %s", len(args), usage)
+		return DeployArgs{}, errorf(outcome.Usage, -1, "wrong number of arguments (%d); %s", len(args), usage)
 	}
 	a := DeployArgs{LocalFile: args[0], Host: args[1]}
 	vm, err := parseVMID(args[2])
 	if err != nil {
-		return a, errorf(KindUsage, -1, "%v; %s", err, usage)
+		return a, errorf(outcome.Usage, -1, "%v; %s", err, usage)
 	}
 	a.VM = vm
 	if err := checkHost("host", a.Host); err != nil {
-		return a, errorf(KindUsage, vm, "%v; %s", err, usage)
+		return a, errorf(outcome.Usage, vm, "%v; %s", err, usage)
 	}
 	if len(args) == 4 && args[3] != a.Host {
-		return a, errorf(KindUsage, vm, "hosts %q and %q differ; %s", clip(args[1]), clip(args[3]), usage)
+		return a, errorf(outcome.Usage, vm, "hosts %q and %q differ; %s", clip(args[1]), clip(args[3]), usage)
 	}
 	if a.LocalFile == "" || !filepath.IsAbs(a.LocalFile) {
-		return a, errorf(KindUsage, vm, "deployment file %q is not an absolute path; %s", clip(a.LocalFile), usage)
+		return a, errorf(outcome.Usage, vm, "deployment file %q is not an absolute path; %s", clip(a.LocalFile), usage)
 	}
 	return a, nil
 }
@@ -167,14 +168,14 @@ func Deploy(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 	}
 	domain, err := DecodeBase64("domain XML", raw)
 	if err != nil {
-		return errorf(KindUsage, a.VM, "VM %d: %v; nothing was started", a.VM, err)
+		return errorf(outcome.Usage, a.VM, "VM %d: %v; nothing was started", a.VM, err)
 	}
 	dom, err := domxml.Parse(domain)
 	if err != nil {
-		return errorf(KindUsage, a.VM, "VM %d: %v; nothing was started", a.VM, err)
+		return errorf(outcome.Usage, a.VM, "VM %d: %v; nothing was started", a.VM, err)
 	}
 	if dom.VMID >= 0 && dom.VMID != a.VM {
-		return errorf(KindUsage, a.VM, "VM %d: the domain XML on stdin is %s, another VM's; nothing was started", a.VM, clip(dom.Name))
+		return errorf(outcome.Usage, a.VM, "VM %d: the domain XML on stdin is %s, another VM's; nothing was started", a.VM, clip(dom.Name))
 	}
 	remoteFile := ""
 	if dom.OpenNebula != nil && dom.OpenNebula.SystemDatastore != "" {
@@ -187,7 +188,7 @@ func Deploy(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 	}
 	if remoteFile == "" {
 		if res.VM == nil || res.VM.SystemDSID < 0 {
-			return errorf(KindFailure, a.VM, "VM %d: the domain XML has no <one:system_datastore> and oned gave no system datastore: cannot name the remote deployment file", a.VM)
+			return errorf(outcome.Failure, a.VM, "VM %d: the domain XML has no <one:system_datastore> and oned gave no system datastore: cannot name the remote deployment file", a.VM)
 		}
 		remoteFile = path.Join(e.Cfg.OpenNebula.DatastoreLocation, strconv.Itoa(res.VM.SystemDSID), strconv.Itoa(a.VM), filepath.Base(a.LocalFile))
 	}
@@ -199,7 +200,7 @@ func Deploy(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 	code, err := e.remoteAction(ctx, a.Host, []string{script, remoteFile, a.Host, strconv.Itoa(a.VM), a.Host}, domain,
 		io.MultiWriter(e.Stdout, out), e.Stderr)
 	if err != nil {
-		return errorf(KindFailure, a.VM, "VM %d: remote deploy on %s: %v", a.VM, a.Host, err)
+		return errorf(outcome.Failure, a.VM, "VM %d: remote deploy on %s: %v", a.VM, a.Host, err)
 	}
 	if code != 0 {
 		return &ExitError{What: "remote deploy on " + a.Host, Code: code}
@@ -220,7 +221,7 @@ func (e *Env) copyVMDirFiles(ctx context.Context, a DeployArgs, remoteDir string
 			continue
 		}
 		if err != nil {
-			return errorf(KindFailure, a.VM, "VM %d: reading %s: %v", a.VM, name, err)
+			return errorf(outcome.Failure, a.VM, "VM %d: reading %s: %v", a.VM, name, err)
 		}
 		var stderr capBuffer
 		stderr.max = 4096
@@ -230,7 +231,7 @@ func (e *Env) copyVMDirFiles(ctx context.Context, a DeployArgs, remoteDir string
 			err = fmt.Errorf("exit %d: %s", code, orDash(lastLine(stderr.buf.Bytes())))
 		}
 		if err != nil {
-			return errorf(KindFailure, a.VM, "VM %d: cannot write %s/%s on %s: %v", a.VM, remoteDir, name, a.Host, err)
+			return errorf(outcome.Failure, a.VM, "VM %d: cannot write %s/%s on %s: %v", a.VM, remoteDir, name, a.Host, err)
 		}
 	}
 	return nil
@@ -278,22 +279,22 @@ type RestoreArgs struct {
 func ParseRestoreArgs(args []string) (RestoreArgs, error) {
 	const usage = "usage: restore-rbdfence <checkpoint> <host> <deploy_id> <vmid> <host> (base64 driver action XML on stdin), as oned runs a local restore action"
 	if len(args) != 5 && len(args) != 4 {
-		return RestoreArgs{}, errorf(KindUsage, -1, "wrong number of arguments (%d); %s", len(args), usage)
+		return RestoreArgs{}, errorf(outcome.Usage, -1, "wrong number of arguments (%d); %s", len(args), usage)
 	}
 	a := RestoreArgs{Checkpoint: args[0], Host: args[1], DeployID: args[2]}
 	vm, err := parseVMID(args[3])
 	if err != nil {
-		return a, errorf(KindUsage, -1, "%v; %s", err, usage)
+		return a, errorf(outcome.Usage, -1, "%v; %s", err, usage)
 	}
 	a.VM = vm
 	if err := checkHost("host", a.Host); err != nil {
-		return a, errorf(KindUsage, vm, "%v; %s", err, usage)
+		return a, errorf(outcome.Usage, vm, "%v; %s", err, usage)
 	}
 	if len(args) == 5 && args[4] != a.Host {
-		return a, errorf(KindUsage, vm, "hosts %q and %q differ; %s", clip(args[1]), clip(args[4]), usage)
+		return a, errorf(outcome.Usage, vm, "hosts %q and %q differ; %s", clip(args[1]), clip(args[4]), usage)
 	}
 	if !filepath.IsAbs(a.Checkpoint) {
-		return a, errorf(KindUsage, vm, "checkpoint %q is not an absolute path; %s", clip(a.Checkpoint), usage)
+		return a, errorf(outcome.Usage, vm, "checkpoint %q is not an absolute path; %s", clip(a.Checkpoint), usage)
 	}
 	return a, nil
 }
@@ -312,14 +313,14 @@ func Restore(ctx context.Context, e *Env, args []string, stdin io.Reader) error 
 	}
 	msg, err := DecodeBase64("driver action XML", raw)
 	if err != nil {
-		return errorf(KindUsage, a.VM, "VM %d: %v; nothing was restored", a.VM, err)
+		return errorf(outcome.Usage, a.VM, "VM %d: %v; nothing was restored", a.VM, err)
 	}
 	root, err := xmlRoot(msg)
 	if err != nil {
-		return errorf(KindUsage, a.VM, "VM %d: driver action on stdin: %v; nothing was restored", a.VM, err)
+		return errorf(outcome.Usage, a.VM, "VM %d: driver action on stdin: %v; nothing was restored", a.VM, err)
 	}
 	if root != "VMM_DRIVER_ACTION_DATA" {
-		return errorf(KindUsage, a.VM, "VM %d: stdin is a <%s> document, want <VMM_DRIVER_ACTION_DATA>; nothing was restored", a.VM, clip(root))
+		return errorf(outcome.Usage, a.VM, "VM %d: stdin is a <%s> document, want <VMM_DRIVER_ACTION_DATA>; nothing was restored", a.VM, clip(root))
 	}
 	res, err := Prestart(ctx, e, StartInput{VM: a.VM, Host: a.Host, Seq: -1})
 	if err != nil {
@@ -328,7 +329,7 @@ func Restore(ctx context.Context, e *Env, args []string, stdin io.Reader) error 
 	script := path.Join(e.Cfg.OpenNebula.RemoteDir, "vmm/kvm/restore")
 	code, err := e.remoteAction(ctx, a.Host, []string{script, a.Checkpoint, a.Host, a.DeployID, strconv.Itoa(a.VM), a.Host}, msg, e.Stdout, e.Stderr)
 	if err != nil {
-		return errorf(KindFailure, a.VM, "VM %d: remote restore on %s: %v", a.VM, a.Host, err)
+		return errorf(outcome.Failure, a.VM, "VM %d: remote restore on %s: %v", a.VM, a.Host, err)
 	}
 	if code != 0 {
 		return &ExitError{What: "remote restore on " + a.Host, Code: code}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/collision"
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/domxml"
@@ -21,6 +22,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/events"
 	"github.com/rbdfence/rbdfence/internal/fencer"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // Source is the claim and event source of the hook.
@@ -46,10 +48,9 @@ type Options struct {
 }
 
 // Error is a failure that must stop libvirt's operation (the start, or the
-// incoming migration). Kind is a hoststep kind (refused, ceph, failure,
-// usage) for the exit code.
+// incoming migration). Kind gives the exit code.
 type Error struct {
-	Kind   string
+	Kind   outcome.Kind
 	Domain string
 	Action Action
 	Err    error
@@ -65,6 +66,9 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// Outcome is the error's kind (internal/outcome).
+func (e *Error) Outcome() outcome.Kind { return e.Kind }
+
 // Run performs one hook invocation. It returns nil when libvirt may go on,
 // or an *Error. It never writes to stdout.
 func Run(ctx context.Context, inv Invocation, o Options) error {
@@ -79,7 +83,7 @@ func Run(ctx context.Context, inv Invocation, o Options) error {
 		Drain(o.Stdin, ReadTimeout)
 		return nil
 	}
-	r := &runner{inv: inv, act: act, o: o, run: fencer.RunID()}
+	r := &runner{inv: inv, act: act, o: o, run: audit.NewRunID(), start: time.Now()}
 	r.log = o.Log.WithFields(logrus.Fields{
 		"domain": inv.Domain, "vm": domxml.VMIDFromName(inv.Domain), "op": inv.Op + " " + inv.SubOp, "run": r.run,
 	})
@@ -99,25 +103,16 @@ func Run(ctx context.Context, inv Invocation, o Options) error {
 }
 
 type runner struct {
-	inv Invocation
-	act Action
-	o   Options
-	run string
-	log *logrus.Entry
+	inv   Invocation
+	act   Action
+	o     Options
+	run   string
+	start time.Time
+	log   *logrus.Entry
 }
 
-func (r *runner) fail(kind string, err error) error {
+func (r *runner) fail(kind outcome.Kind, err error) error {
 	return &Error{Kind: kind, Domain: r.inv.Domain, Action: r.act, Err: err}
-}
-
-// HostName is this host's OpenNebula name: host_name from the config, or
-// the short system host name.
-func HostName(cfg *config.Config) string {
-	if cfg.HostName != "" {
-		return cfg.HostName
-	}
-	short, _, _ := strings.Cut(fencer.Hostname(), ".")
-	return short
 }
 
 // loadConfig reads the configuration as the rbdfence CLI does and applies
@@ -131,7 +126,7 @@ func (r *runner) loadConfig() (*config.Config, error) {
 	if cfg.LogLevel == "debug" {
 		r.o.Log.SetLevel(logrus.DebugLevel)
 	}
-	cfg.HostName = HostName(cfg)
+	cfg.HostName = cfg.Host()
 	r.log = r.log.WithField("host", cfg.HostName)
 	return cfg, nil
 }
@@ -157,10 +152,10 @@ func (r *runner) domain() (*domxml.Domain, error) {
 }
 
 // prepare is `prepare begin`: claim and fence before QEMU opens the disks.
-func (r *runner) prepare(ctx context.Context) error {
+func (r *runner) prepare(ctx context.Context) (err error) {
 	dom, err := r.domain()
 	if err != nil {
-		return r.fail(hoststep.KindUsage, err)
+		return r.fail(outcome.Usage, err)
 	}
 	if len(dom.Disks) == 0 {
 		r.log.Debug("no RBD disks: nothing to do")
@@ -168,8 +163,10 @@ func (r *runner) prepare(ctx context.Context) error {
 	}
 	cfg, err := r.loadConfig()
 	if err != nil {
-		return r.fail(hoststep.KindUsage, err)
+		return r.fail(outcome.Usage, err)
 	}
+	var resp *hoststep.Response
+	defer func() { r.countRun(cfg, metricPrepare, resp, err) }()
 	fresh, mk, err := marks(cfg).Fresh(r.inv.Domain)
 	switch {
 	case err != nil:
@@ -183,11 +180,10 @@ func (r *runner) prepare(ctx context.Context) error {
 
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
 	defer cancel()
-	var resp *hoststep.Response
 	if dom.VMID >= 0 {
 		req := &hoststep.Request{Op: hoststep.OpStart, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks}
 		if err := req.Validate(); err != nil {
-			return r.fail(hoststep.KindUsage, err)
+			return r.fail(outcome.Usage, err)
 		}
 		resp = bounded(ctx, cfg, func(ctx context.Context) *hoststep.Response { return fencer.Do(ctx, cfg, req) })
 	} else {
@@ -201,7 +197,7 @@ func (r *runner) prepare(ctx context.Context) error {
 	}
 	if !resp.OK {
 		err := errors.New(resp.Error)
-		if resp.Kind == hoststep.KindCeph {
+		if resp.Kind == outcome.Unavailable {
 			if cfg.Fence.FailOpen {
 				r.log.WithError(err).Warn("Ceph check impossible; starting anyway because fence.fail_open is true")
 				return nil
@@ -233,7 +229,7 @@ func bounded(ctx context.Context, cfg *config.Config, f func(context.Context) *h
 	case resp := <-done:
 		return resp
 	case <-t.C:
-		return &hoststep.Response{Kind: hoststep.KindFailure,
+		return &hoststep.Response{Kind: outcome.Failure,
 			Error: fmt.Sprintf("Ceph did not answer within timeouts.total (%s): the fence may be incomplete", time.Duration(cfg.Timeouts.Total))}
 	}
 }
@@ -294,18 +290,18 @@ func (r *runner) publish(ctx context.Context, cfg *config.Config, resp *hoststep
 func (r *runner) migrate() error {
 	dom, err := r.domain()
 	if err != nil {
-		return r.fail(hoststep.KindUsage, err)
+		return r.fail(outcome.Usage, err)
 	}
 	if len(dom.Disks) == 0 {
 		return nil
 	}
 	cfg, err := r.loadConfig()
 	if err != nil {
-		return r.fail(hoststep.KindUsage, err)
+		return r.fail(outcome.Usage, err)
 	}
 	if err := marks(cfg).Set(r.inv.Domain, r.run); err != nil {
 		// Without the mark the prepare would fence the running source.
-		return r.fail(hoststep.KindFailure, err)
+		return r.fail(outcome.Failure, err)
 	}
 	r.log.Info("incoming migration marked")
 	return nil
@@ -361,6 +357,7 @@ func (r *runner) record(ctx context.Context) {
 	defer cancel()
 	req := &hoststep.Request{Op: hoststep.OpRecord, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks}
 	resp := bounded(ctx, cfg, func(ctx context.Context) *hoststep.Response { return fencer.Do(ctx, cfg, req) })
+	r.countRun(cfg, metricRecord, resp, nil)
 	if !resp.OK {
 		r.log.WithField("kind", resp.Kind).Warn("cannot record the started instance's addresses in the claim: " + resp.Error)
 		return

@@ -14,8 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rbdfence/rbdfence/internal/config"
-	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // deadMon is a monitor address nothing listens on: a run that reaches for
@@ -67,7 +66,7 @@ func TestRunWithoutCeph(t *testing.T) {
 		args    string // domain op subop extra
 		xml     string
 		wantErr string // "" = nil; else substring, and Kind below
-		kind    string
+		kind    outcome.Kind
 	}
 	tests := []struct {
 		name    string
@@ -87,8 +86,8 @@ func TestRunWithoutCeph(t *testing.T) {
 			{args: "web prepare begin -", xml: domainXML("web", false)},
 		}},
 		{name: "RBD disk, Ceph unreachable: fail closed", steps: []step{
-			{args: "one-42 prepare begin -", xml: domainXML("one-42", true), wantErr: "not starting one-42: cannot reach Ceph monitors 127.0.0.1:1", kind: hoststep.KindCeph},
-			{args: "web prepare begin -", xml: domainXML("web", true), wantErr: "fail closed", kind: hoststep.KindCeph},
+			{args: "one-42 prepare begin -", xml: domainXML("one-42", true), wantErr: "not starting one-42: cannot reach Ceph monitors 127.0.0.1:1", kind: outcome.Unavailable},
+			{args: "web prepare begin -", xml: domainXML("web", true), wantErr: "fail closed", kind: outcome.Unavailable},
 		}},
 		{name: "RBD disk, Ceph unreachable: fail open", cfg: "fence:\n  fail_open: true\n", steps: []step{
 			{args: "one-42 prepare begin -", xml: domainXML("one-42", true)},
@@ -103,12 +102,12 @@ func TestRunWithoutCeph(t *testing.T) {
 			{args: "one-42 prepare begin -", xml: domainXML("one-42", true)},
 			{args: "one-42 start begin -", xml: domainXML("one-42", true)},
 			{args: "one-42 started begin -", xml: domainXML("one-42", true)},
-			{args: "one-42 prepare begin -", xml: domainXML("one-42", true), wantErr: "Ceph", kind: hoststep.KindCeph},
+			{args: "one-42 prepare begin -", xml: domainXML("one-42", true), wantErr: "Ceph", kind: outcome.Unavailable},
 		}},
 		{name: "mark cleared on release: prepare reaches for Ceph again", steps: []step{
 			{args: "one-42 migrate begin -", xml: domainXML("one-42", true)},
 			{args: "one-42 release end -", xml: domainXML("one-42", true)},
-			{args: "one-42 prepare begin -", xml: domainXML("one-42", true), wantErr: "Ceph", kind: hoststep.KindCeph},
+			{args: "one-42 prepare begin -", xml: domainXML("one-42", true), wantErr: "Ceph", kind: outcome.Unavailable},
 		}},
 		{name: "mark cleared on stopped", steps: []step{
 			{args: "one-42 migrate begin -", xml: domainXML("one-42", true)},
@@ -116,7 +115,7 @@ func TestRunWithoutCeph(t *testing.T) {
 		}},
 		{name: "mark of another domain does not count", steps: []step{
 			{args: "one-43 migrate begin -", xml: domainXML("one-43", true)},
-			{args: "one-42 prepare begin -", xml: domainXML("one-42", true), wantErr: "Ceph", kind: hoststep.KindCeph},
+			{args: "one-42 prepare begin -", xml: domainXML("one-42", true), wantErr: "Ceph", kind: outcome.Unavailable},
 		}},
 		{name: "migration of a domain without RBD disks: no mark", steps: []step{
 			{args: "one-42 migrate begin -", xml: domainXML("one-42", false)},
@@ -126,18 +125,18 @@ func TestRunWithoutCeph(t *testing.T) {
 			{args: "one-42 started begin -", xml: "<garbage"},
 		}},
 		{name: "bad input stops the start", steps: []step{
-			{args: "one-42 prepare begin -", xml: "<garbage", wantErr: "domain XML", kind: hoststep.KindUsage},
-			{args: "one-42 prepare begin -", xml: domainXML("one-43", true), wantErr: `is for "one-43", not "one-42"`, kind: hoststep.KindUsage},
-			{args: "one-42 migrate begin -", xml: "", wantErr: "not accepting the incoming migration of one-42", kind: hoststep.KindUsage},
+			{args: "one-42 prepare begin -", xml: "<garbage", wantErr: "domain XML", kind: outcome.Usage},
+			{args: "one-42 prepare begin -", xml: domainXML("one-43", true), wantErr: `is for "one-43", not "one-42"`, kind: outcome.Usage},
+			{args: "one-42 migrate begin -", xml: "", wantErr: "not accepting the incoming migration of one-42", kind: outcome.Usage},
 		}},
 		{name: "missing explicit config stops an RBD start", missing: true, steps: []step{
-			{args: "one-42 prepare begin -", xml: domainXML("one-42", true), wantErr: "no such file", kind: hoststep.KindUsage},
+			{args: "one-42 prepare begin -", xml: domainXML("one-42", true), wantErr: "no such file", kind: outcome.Usage},
 			{args: "one-42 release end -", xml: ""},
 		}},
 		{name: "domains filter leaves others alone", domains: `^one-4[0-9]$`, steps: []step{
 			{args: "web prepare begin -", xml: domainXML("web", true)},
 			{args: "one-100 prepare begin -", xml: "<garbage"},
-			{args: "one-42 prepare begin -", xml: domainXML("one-42", true), wantErr: "Ceph", kind: hoststep.KindCeph},
+			{args: "one-42 prepare begin -", xml: domainXML("one-42", true), wantErr: "Ceph", kind: outcome.Unavailable},
 		}},
 	}
 	for _, tt := range tests {
@@ -181,22 +180,5 @@ func TestRunWithoutCeph(t *testing.T) {
 				t.Fatalf("one-42 marked = %v, want %v", fresh, tt.mark)
 			}
 		})
-	}
-}
-
-func TestHostName(t *testing.T) {
-	h, _ := os.Hostname()
-	short, _, _ := strings.Cut(h, ".")
-	tests := []struct{ set, want string }{
-		{set: "node1.example.com", want: "node1.example.com"},
-		{set: "node1", want: "node1"},
-		{set: "", want: short},
-	}
-	for _, tt := range tests {
-		cfg := config.Default()
-		cfg.HostName = tt.set
-		if got := HostName(cfg); got != tt.want || got == "" {
-			t.Errorf("HostName with host_name %q = %q, want %q", tt.set, got, tt.want)
-		}
 	}
 }

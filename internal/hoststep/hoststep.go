@@ -2,16 +2,34 @@
 // Go) and the host-side binary that does the Ceph work ("rbdfence host", run
 // over ssh on the VM's host, or locally): one Request on stdin, one Response
 // on stdout.
+//
+// The protocol survives a rolling upgrade (front-end first, then the hosts
+// with `onehost sync --force`; a host may miss that step for a while):
+//
+//   - Both messages carry the sender's protocol Version; a message without
+//     one is version 1, the JSON of rbdfence before versions.
+//   - Unknown fields are ignored both ways, and a kind the reader does not
+//     know is a failure (outcome.Parse).
+//   - The host answers in its peer's version: a version 1 front-end gets a
+//     version 1 response (no field it would reject).
+//   - Version 1 hosts reject any field they do not know, "version"
+//     included: the front-end then asks again in version 1 (V1Rejected).
+//   - Only a real incompatibility is refused: an op the host does not know,
+//     or a peer older than minVersion. The *IncompatibleError names both
+//     versions and the fix.
 package hoststep
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
 
@@ -25,28 +43,83 @@ const (
 	OpFailmigrate = "failmigrate" // close it; fence every client on dst
 )
 
+// Version is the host-step protocol version this code speaks. 1: the JSON
+// of rbdfence before versions (strict: unknown fields rejected); 2: the
+// version field, unknown fields ignored.
+const Version = 2
+
+// minVersion is the oldest peer version this code still works with.
+const minVersion = 1
+
+// Fix is what an operator runs to bring the hosts' rbdfence up to the
+// front-end's.
+const Fix = "run 'onehost sync --force' as oneadmin on the front-end (and upgrade the front-end's rbdfence first if it is the older side)"
+
+// IncompatibleError refuses a message this side cannot serve.
+type IncompatibleError struct {
+	Peer    string // who sent the message: "front-end" or "host"
+	PeerVer int
+	OurSide string // "host" or "front-end"
+	OurVer  int
+	Why     string // what cannot be done
+}
+
+func (e *IncompatibleError) Error() string {
+	return fmt.Sprintf("host step protocol mismatch: the %s speaks version %d, this %s's rbdfence speaks version %d: %s; %s",
+		e.Peer, e.PeerVer, e.OurSide, e.OurVer, e.Why, Fix)
+}
+
+// Outcome: a real incompatibility is an installation problem.
+func (e *IncompatibleError) Outcome() outcome.Kind { return outcome.Usage }
+
+// versionOf reads a message's version field (absent: 1).
+func versionOf(v int) int {
+	if v <= 0 {
+		return 1
+	}
+	return v
+}
+
+// checkPeer refuses a peer older than min.
+func checkPeer(peer, ourSide string, peerVer, min int) error {
+	if peerVer >= min {
+		return nil
+	}
+	return &IncompatibleError{Peer: peer, PeerVer: peerVer, OurVer: Version, OurSide: ourSide,
+		Why: fmt.Sprintf("version %d or later is needed", min)}
+}
+
 // Request asks the host for one step.
 type Request struct {
-	Op     string        `json:"op"`
-	VM     int           `json:"vm"`
-	Seq    int           `json:"seq"`
-	Host   string        `json:"host"`
-	Src    string        `json:"src,omitempty"`
-	Dst    string        `json:"dst,omitempty"`
-	Run    string        `json:"run"`
-	Source string        `json:"source"`
-	Disks  []vmdisk.Disk `json:"disks"`
+	// Version is the front-end's protocol version (absent: 1).
+	Version int           `json:"version,omitempty"`
+	Op      string        `json:"op"`
+	VM      int           `json:"vm"`
+	Seq     int           `json:"seq"`
+	Host    string        `json:"host"`
+	Src     string        `json:"src,omitempty"`
+	Dst     string        `json:"dst,omitempty"`
+	Run     string        `json:"run"`
+	Source  string        `json:"source"`
+	Disks   []vmdisk.Disk `json:"disks"`
 	// Local is set when the step runs on the front-end instead of on Host
 	// (opennebula.remote: local): its own addresses do not identify Host.
 	Local bool `json:"local,omitempty"`
 }
+
+// PeerVersion is the version the request was written in.
+func (r *Request) PeerVersion() int { return versionOf(r.Version) }
 
 // Validate checks the request's shape.
 func (r *Request) Validate() error {
 	switch r.Op {
 	case OpCheck, OpStart, OpRecord, OpPremigrate, OpPostmigrate, OpFailmigrate:
 	default:
-		return fmt.Errorf("unknown op %q", r.Op)
+		if r.PeerVersion() > Version {
+			return &IncompatibleError{Peer: "front-end", PeerVer: r.PeerVersion(), OurVer: Version, OurSide: "host",
+				Why: fmt.Sprintf("this host does not know the step %q", clip(r.Op))}
+		}
+		return fmt.Errorf("unknown op %q", clip(r.Op))
 	}
 	if r.VM < 0 {
 		return fmt.Errorf("bad VM id %d", r.VM)
@@ -68,19 +141,14 @@ func (r *Request) Validate() error {
 	return nil
 }
 
-// Kinds of failure.
-const (
-	KindRefused = "refused" // the claim refuses this start
-	KindCeph    = "ceph"    // Ceph unreachable or credentials refused
-	KindFailure = "failure" // the step did not complete
-	KindUsage   = "usage"   // bad request or config
-)
-
 // Response is the host's answer.
 type Response struct {
+	// Version is the host's protocol version as its peer reads it: absent
+	// in the answer to a version 1 request (see Reply).
+	Version  int            `json:"version,omitempty"`
 	OK       bool           `json:"ok"`
 	Op       string         `json:"op"`
-	Kind     string         `json:"kind,omitempty"`
+	Kind     outcome.Kind   `json:"kind,omitempty"` // how a failed step ended (internal/outcome)
 	Error    string         `json:"error,omitempty"`
 	Handover bool           `json:"handover,omitempty"`
 	Claim    *engine.Claim  `json:"claim,omitempty"`
@@ -92,19 +160,40 @@ type Response struct {
 // MaxSize bounds what either side reads.
 const MaxSize = 8 << 20
 
-// ReadRequest decodes one request strictly.
+// ReadRequest decodes one request (the host's side). Unknown fields are
+// ignored; an op this host does not know from a newer front-end, or a
+// front-end older than minVersion, is an *IncompatibleError.
 func ReadRequest(r io.Reader) (*Request, error) {
 	var req Request
 	if err := decode(r, &req); err != nil {
 		return nil, fmt.Errorf("host step request: %w", err)
 	}
+	if err := checkPeer("front-end", "host", req.PeerVersion(), minVersion); err != nil {
+		return &req, err
+	}
 	if err := req.Validate(); err != nil {
+		var ie *IncompatibleError
+		if errors.As(err, &ie) {
+			return &req, err
+		}
 		return nil, fmt.Errorf("host step request: %w", err)
 	}
 	return &req, nil
 }
 
-// ReadResponse decodes one response.
+// Reply stamps resp for the peer that sent req: the current Version for a
+// peer that sends one, none for a version 1 peer (req nil: the request was
+// unreadable), which rejects fields it does not know.
+func Reply(req *Request, resp *Response) *Response {
+	resp.Version = 0
+	if req != nil && req.PeerVersion() >= 2 {
+		resp.Version = Version
+	}
+	return resp
+}
+
+// ReadResponse decodes one response (the front-end's side). Unknown fields
+// are ignored; a host older than minVersion is an *IncompatibleError.
 func ReadResponse(r io.Reader) (*Response, error) {
 	var resp Response
 	if err := decode(r, &resp); err != nil {
@@ -113,7 +202,26 @@ func ReadResponse(r io.Reader) (*Response, error) {
 	if !resp.OK && resp.Error == "" {
 		return nil, fmt.Errorf("host step response: neither ok nor an error")
 	}
+	if err := checkPeer("host", "front-end", versionOf(resp.Version), minVersion); err != nil {
+		return &resp, err
+	}
 	return &resp, nil
+}
+
+// V1Rejected reports that resp is a version 1 host's refusal of a request
+// that carried a version: version 1 hosts reject every field they do not
+// know. The front-end then sends the same request without one.
+func (r *Response) V1Rejected() bool {
+	return r.Version == 0 && !r.OK && r.Kind == outcome.Usage &&
+		strings.Contains(r.Error, `unknown field "version"`)
+}
+
+// clip keeps outside input short in messages.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }
 
 func decode(r io.Reader, v any) error {
@@ -129,7 +237,6 @@ func decode(r io.Reader, v any) error {
 		return fmt.Errorf("empty")
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("not valid JSON: %v", err)
 	}

@@ -5,7 +5,6 @@
 package metrics
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -18,8 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Buckets of the run duration histogram, in seconds.
-var Buckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+// durationBuckets of the run duration histogram, in seconds.
+var durationBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 // Run is what one run did.
 type Run struct {
@@ -173,7 +172,7 @@ func (s *state) add(r Run) {
 	d := r.Duration.Seconds()
 	h.count++
 	h.sum += d
-	for _, b := range Buckets {
+	for _, b := range durationBuckets {
 		if d <= b {
 			h.buckets[b]++
 		}
@@ -207,15 +206,12 @@ func (s *state) Collect(ch chan<- prometheus.Metric) {
 	}
 	for op, h := range s.hists {
 		b := map[float64]uint64{}
-		for _, ub := range Buckets {
+		for _, ub := range durationBuckets {
 			b[ub] = h.buckets[ub]
 		}
 		ch <- prometheus.MustNewConstHistogram(prometheus.NewDesc(Durations, help[Durations], []string{"op"}, nil), h.count, h.sum, b, op)
 	}
 }
-
-// ErrNoFile is returned by Value when the file does not exist.
-var ErrNoFile = errors.New("no metrics file")
 
 // Value returns the value of a counter or gauge sample with the given labels
 // (tests and doctor).

@@ -10,13 +10,13 @@ import (
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
 
-// DefaultCephPort is the monitor port used when CEPH_HOST gives none
+// defaultCephPort is the monitor port used when CEPH_HOST gives none
 // (LibVirtDriver::CEPH_DEFAULT_PORT).
-const DefaultCephPort = "6789"
+const defaultCephPort = "6789"
 
-// DefaultPool is the pool of volatile RBD disks when the disk has no
+// defaultPool is the pool of volatile RBD disks when the disk has no
 // POOL_NAME (the KVM driver's default).
-const DefaultPool = "one"
+const defaultPool = "one"
 
 // VMInfo is what rbdfence needs to know about an OpenNebula VM.
 type VMInfo struct {
@@ -240,7 +240,7 @@ func diskFromAttr(vmID int, a attr, vmTMMadSystem string) (vmdisk.Disk, string, 
 	case source == "":
 		pool := get("POOL_NAME")
 		if pool == "" {
-			pool = DefaultPool
+			pool = defaultPool
 		}
 		image = fmt.Sprintf("%s/one-sys-%d-%s", pool, vmID, diskID)
 	case get("CLONE") == "YES":
@@ -300,7 +300,7 @@ func splitMonitor(f string) (host, port string, err error) {
 		}
 		switch {
 		case rest == "":
-			port = DefaultCephPort
+			port = defaultCephPort
 		case rest[0] == ':':
 			port = rest[1:]
 		default:
@@ -310,12 +310,12 @@ func splitMonitor(f string) (host, port string, err error) {
 		if ip := net.ParseIP(f); ip == nil || ip.To4() != nil {
 			return "", "", fmt.Errorf("monitor %q: want host[:port] (IPv6 in brackets)", clip(f))
 		}
-		host, port = f, DefaultCephPort
+		host, port = f, defaultCephPort
 	default:
 		var ok bool
 		host, port, ok = strings.Cut(f, ":")
 		if !ok {
-			port = DefaultCephPort
+			port = defaultCephPort
 		}
 	}
 	if ip := net.ParseIP(host); ip == nil && !validHostname(host) {

@@ -18,6 +18,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/metrics"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 	"github.com/rbdfence/rbdfence/test/testenv"
 )
@@ -266,7 +267,7 @@ func TestConcurrentClaimsOneWins(t *testing.T) {
 			continue
 		}
 		other := hosts[1-i]
-		if res[i].Kind != hoststep.KindRefused || codes[i] != 4 || !strings.Contains(res[i].Error, other) {
+		if res[i].Kind != outcome.Refused || codes[i] != 4 || !strings.Contains(res[i].Error, other) {
 			t.Fatalf("the loser must be refused (exit 4) naming the winner %s: exit %d %+v", other, codes[i], res[i])
 		}
 	}
@@ -293,7 +294,7 @@ func TestClaimNewerDeployAndRecordedAddress(t *testing.T) {
 	}
 	// An older deploy elsewhere is refused and fences nothing.
 	r, resp := hostStep(t, cfg, req(hoststep.OpStart, 4, "hostB"))
-	if r.code != 4 || resp.Kind != hoststep.KindRefused || !strings.Contains(resp.Error, "hostA") {
+	if r.code != 4 || resp.Kind != outcome.Refused || !strings.Contains(resp.Error, "hostA") {
 		t.Fatalf("older deploy must be refused naming hostA: exit %d %+v", r.code, resp)
 	}
 	if _, ok := c.BlocklistEntries(t)[inst.Addr]; ok {
@@ -366,7 +367,7 @@ func TestBadInput(t *testing.T) {
 	t.Run("host step garbage", func(t *testing.T) {
 		r := rbdfence(t, "{not json", "host", "--config", cfg)
 		var resp hoststep.Response
-		if r.code != 2 || json.Unmarshal([]byte(r.stdout), &resp) != nil || resp.Kind != hoststep.KindUsage {
+		if r.code != 2 || json.Unmarshal([]byte(r.stdout), &resp) != nil || resp.Kind != outcome.Usage {
 			t.Fatalf("garbage request: exit %d stdout %q", r.code, r.stdout)
 		}
 	})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
 
@@ -43,7 +44,7 @@ func TestHookKnowsItsHostByAddress(t *testing.T) {
 	if resp := hookStart("a"); !resp.OK || resp.Claim == nil || resp.Claim.Host != f.hs.A.Name || resp.Claim.Seq != 2 {
 		t.Fatalf("the hook on host A (another name, same address) must continue deploy #2: %+v", resp)
 	}
-	if resp := hookStart("b"); resp.OK || resp.Kind != hoststep.KindRefused || !strings.Contains(resp.Error, f.hs.A.Name) {
+	if resp := hookStart("b"); resp.OK || resp.Kind != outcome.Refused || !strings.Contains(resp.Error, f.hs.A.Name) {
 		t.Fatalf("the hook on host B must be refused naming %s: %+v", f.hs.A.Name, resp)
 	}
 }
