@@ -3,6 +3,9 @@
 #   rbdfence           the CLI / host-side step, install.sh, /etc/one/rbdfence.yaml, docs
 #   rbdfence-frontend  the OpenNebula front-end drivers, install-frontend.sh
 #   rbdfence-host      the libvirt qemu hook, install-host.sh
+# Each carries the license (Apache-2.0) and the copyright file
+# (packaging/copyright.sh): /usr/share/doc/<pkg>/copyright in the .deb,
+# /usr/share/licenses/<pkg>/{LICENSE,copyright} (%license) in the .rpm.
 #
 #   packaging/package.sh [--bin DIR] [--out DIR] [--version VERSION] [--formats "deb rpm"]
 #   packaging/package.sh --print-version                  the version it would use
@@ -187,7 +190,11 @@ else
 	nfpm=(go run "$NFPM_PKG")
 fi
 
+# The copyright file: rbdfence and every Go module in the binaries.
+bash "$here/copyright.sh" >"$work/copyright" || die "packaging/copyright.sh failed"
+
 export RBDFENCE_PKG_VERSION=$VERSION RBDFENCE_PKG_ARCH=$ARCH RBDFENCE_PKG_BIN=$BIN RBDFENCE_PKG_SRC=$src
+export RBDFENCE_PKG_COPYRIGHT=$work/copyright
 export RBDFENCE_PKG_MAINTAINER=${RBDFENCE_PKG_MAINTAINER:-rbdfence maintainers <rbdfence@users.noreply.github.com>}
 export SOURCE_DATE_EPOCH
 

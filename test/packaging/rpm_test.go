@@ -115,6 +115,11 @@ func TestRPMContents(t *testing.T) {
 	for _, b := range frontendBins {
 		wants["rbdfence-frontend"]["/usr/lib/rbdfence/bin/"+b] = bin(b)
 	}
+	for name := range wants {
+		// Their contents: TestLicense.
+		wants[name]["/usr/share/licenses/"+name+"/LICENSE"] = want{mode: data, src: filepath.Join(root, "LICENSE")}
+		wants[name]["/usr/share/licenses/"+name+"/copyright"] = want{mode: data}
+	}
 	ceph := []string{"librados2 >= 2:16.2", "librbd1 >= 2:16.2"}
 	exact := "rbdfence = " + p.version + "-1"
 	requires := map[string][]string{
