@@ -15,7 +15,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
-const usage = `usage: rbdfence <verb> [flags]
+const usageHead = `usage: rbdfence <verb> [flags]
 
 verbs:
   check  --image POOL/IMAGE [...]   dry run: show every client and what fence would do
@@ -33,10 +33,10 @@ verbs:
 common flags: --config FILE (or $RBDFENCE_CONFIG; default /etc/one/rbdfence.yaml)
   --mon-host H[,H] --id USER --keyring FILE --ceph-conf FILE --json
 
-exit codes: 0 clean or fenced; 1 fence/check incomplete; 2 usage, input or config error;
-  3 Ceph unreachable or credentials refused; 4 start refused by the VM's claim;
-  5 check found clients that fence would fence
 `
+
+// usage ends with the exit codes, from the one table (internal/outcome).
+var usage = usageHead + "exit codes:\n" + outcome.Text()
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"

@@ -5,9 +5,8 @@
 //
 //	deploy-rbdfence <local deployment file> <host> <vmid> <host>   (stdin: base64 domain XML)
 //
-// Exit codes: 0 deployed; the remote deploy's own code when it failed;
-// 1 incomplete fence; 2 bad arguments, input or config; 3 the check could
-// not be done (Ceph, ssh or oned); 4 refused by the VM's claim.
+// Exit codes: the wrapped action's own code when it failed, else rbdfence's one table
+// (internal/outcome; README: Exit codes).
 package main
 
 import (

@@ -7,9 +7,8 @@
 //
 //	failmigrate <src_host> <dst_host> <remote_system_dir> <vmid> <sys_dsid> [caller_tm]   (stdin: base64 VM XML)
 //
-// Exit codes: the original's; 1 incomplete fence or original missing;
-// 2 bad arguments, input or config; 3 the step could not be done (Ceph,
-// ssh or oned); 4 refused by the VM's claim.
+// Exit codes: the wrapped action's own code when it failed, else rbdfence's one table
+// (internal/outcome; README: Exit codes).
 package main
 
 import (

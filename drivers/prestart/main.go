@@ -7,10 +7,10 @@
 //
 //	prestart <vmid> [<host>]
 //
-// <host> defaults to the VM's host in oned (last HISTORY record). Exit
-// codes: 0 the start may go on (also: nothing to check); 1 incomplete
-// fence; 2 bad arguments or config, unknown VM; 3 the check could not be
-// done (Ceph, ssh or oned); 4 refused by the VM's claim.
+// <host> defaults to the VM's host in oned (last HISTORY record).
+//
+// Exit codes: rbdfence's one table
+// (internal/outcome; README: Exit codes).
 package main
 
 import (

@@ -44,12 +44,9 @@
 //
 // # Exit codes of the drivers
 //
-//	0 the action may go on / went on
-//	1 a step did not complete (incomplete fence, host step failed)
-//	2 bad arguments, input or configuration (unknown VM, malformed stdin)
-//	3 the check could not be done: Ceph, ssh or oned unreachable, credentials refused
-//	4 refused by the VM's claim (another run, a newer deploy, another host)
-//	N the wrapped action's own exit code (remote deploy/restore, original TM script)
+// A wrapped action's failure exits with its own code (remote deploy/restore,
+// original TM script); otherwise the code is the kind of the error
+// (internal/outcome, the one table of every binary; README: Exit codes).
 //
 // Refusals print one plain stderr line (oned shows it as the VM's ERROR);
 // progress is logged as "INFO: <vmid> rbdfence: ..." and problems that do

@@ -173,6 +173,15 @@ func (e *Error) Error() string { return e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 func (e *Error) Outcome() Kind { return e.Kind }
 
+// Text renders the exit table for a command's help, one line per code.
+func Text() string {
+	var b strings.Builder
+	for _, k := range All() {
+		fmt.Fprintf(&b, "  %d  %s\n", k.Code(), strings.ReplaceAll(k.Meaning(), "`", ""))
+	}
+	return b.String()
+}
+
 // Markdown renders the exit table as the README prints it.
 func Markdown() string {
 	var b strings.Builder
