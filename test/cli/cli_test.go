@@ -336,7 +336,9 @@ func TestBadInput(t *testing.T) {
 		want string
 		max  time.Duration
 	}{
-		{"missing image", []string{"check", "--config", cfg, "--image", missing}, 1, missing, time.Minute},
+		// A check is not a fence: it never says "fence incomplete".
+		{"missing image", []string{"check", "--config", cfg, "--image", missing}, 1, "check incomplete (1 problem(s)): image " + missing + " does not exist", time.Minute},
+		{"missing image, fence", []string{"fence", "--config", cfg, "--image", missing}, 1, "fence incomplete (1 problem(s)): image " + missing + " does not exist", time.Minute},
 		{"bad image spec", []string{"check", "--config", cfg, "--image", "noslash"}, 2, "noslash", time.Minute},
 		{"no image", []string{"fence", "--config", cfg}, 2, "--image", time.Minute},
 		{"unknown verb", []string{"frobnicate"}, 2, "frobnicate", time.Minute},
