@@ -1,9 +1,20 @@
 // Command checkbench times `rbdfence check` on 1, 4, 16 and 64 images side
-// by side, in one run, with the shell baseline an operator would write
-// (`rbd lock ls` plus `rbd status` per image), and prints medians and ratios.
-// It uses the test cluster (test/ceph/cluster.sh) and client.libvirt.
+// by side, in one run, with two baselines, and prints medians and ratios:
 //
-//	make bench            # or: go run -tags pacific ./test/bench/checkbench -reps 7
+//   - the floor: test/bench/floor/floor.cc, a C++ program built here with g++
+//     that does only the reads check needs on one librados connection
+//     (every rbd_id read at once, then every header's cls lock get_info and
+//     list_watchers at once), with no librbd, no config file and no logging;
+//   - the shell loop an operator would write (`rbd lock ls` plus
+//     `rbd status` per image).
+//
+// `rbdfence version` (start-up alone, no Ceph) is timed in the same rounds.
+// Each round runs every program once, in an order that rotates from round to
+// round, so that all see the same noise. It uses the test cluster
+// (test/ceph/cluster.sh) and client.libvirt.
+//
+//	make bench            # or: go run -tags pacific ./test/bench/checkbench -reps 9
+//	go run -tags pacific ./test/bench/checkbench -shell=false -sizes 16,64 -reps 21
 package main
 
 import (
@@ -13,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,19 +34,51 @@ import (
 func main() {
 	reps := flag.Int("reps", 7, "repetitions per size (medians are reported)")
 	bin := flag.String("rbdfence", "bin/rbdfence", "rbdfence binary")
+	sizes := flag.String("sizes", "1,4,16,64", "image counts, comma-separated (at most 64)")
+	shell := flag.Bool("shell", true, "also time the rbd CLI loop (slow: seconds per round at 64 images)")
 	flag.Parse()
-	if err := run(*reps, *bin); err != nil {
+	var ns []int
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 64 {
+			fmt.Fprintf(os.Stderr, "checkbench: -sizes: %q is not a count from 1 to 64\n", s)
+			os.Exit(2)
+		}
+		ns = append(ns, n)
+	}
+	if *reps < 1 {
+		fmt.Fprintln(os.Stderr, "checkbench: -reps must be at least 1")
+		os.Exit(2)
+	}
+	if err := run(*reps, *bin, ns, *shell); err != nil {
 		fmt.Fprintln(os.Stderr, "checkbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(reps int, bin string) error {
+// buildFloor compiles floor.cc into dir and returns the program's path.
+func buildFloor(dir string) (string, error) {
+	src := filepath.Join(testenv.Root(), "test/bench/floor/floor.cc")
+	out := filepath.Join(dir, "floor")
+	cmd := exec.Command("g++", "-O2", "-std=c++17", "-o", out, src, "-lrados")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the floor program (g++, libradospp-dev): %v\n%s", err, b)
+	}
+	return out, nil
+}
+
+// prog is one timed program of a round.
+type prog struct {
+	name string
+	cmd  func() *exec.Cmd
+	d    []time.Duration
+}
+
+func run(reps int, bin string, sizes []int, shell bool) error {
 	var c *testenv.Ceph
 	if err := testenv.RunProgram(func(t testenv.T) error { c = testenv.StartCeph(t); return nil }); err != nil {
 		return err
 	}
-	sizes := []int{1, 4, 16, 64}
 	var names []string
 	for i := 0; i < 64; i++ {
 		names = append(names, fmt.Sprintf("bench-%02d", i))
@@ -48,40 +92,67 @@ func run(reps int, bin string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	floor, err := buildFloor(dir)
+	if err != nil {
+		return err
+	}
 	cfg := filepath.Join(dir, "rbdfence.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf("ceph:\n  mon_host: \"%s\"\n  user: %s\n  keyring: %s\naudit_log: %s/audit.log\n",
-		c.MonHost, c.User, c.Keyring, dir)), 0o600)
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("ceph:\n  mon_host: \"%s\"\n  user: %s\n  keyring: %s\naudit_log: %s/audit.log\n",
+		c.MonHost, c.User, c.Keyring, dir)), 0o600); err != nil {
+		return err
+	}
 
-	fmt.Printf("rbdfence check vs shell baseline (rbd lock ls + rbd status per image), %d reps, medians\n", reps)
-	fmt.Printf("%-7s %-16s %-16s %s\n", "images", "rbdfence check", "baseline", "speed-up")
+	fmt.Printf("rbdfence check vs the floor (%s) and the rbd CLI loop (rbd lock ls + rbd status per image);\n", "test/bench/floor")
+	fmt.Printf("%d rounds, each program once per round in rotating order, medians\n", reps)
+	fmt.Printf("%-7s %-10s %-10s %-12s %-12s %s\n", "images", "check", "floor", "check/floor", "rbd CLI", "CLI/check")
+	var versions []time.Duration
 	for _, n := range sizes {
 		imgs := images[:n]
 		ours := []string{"check", "--config", cfg}
+		fl := []string{"--mon-host", c.MonHost, "--id", c.User, "--keyring", c.Keyring}
 		for _, im := range imgs {
 			ours = append(ours, "--image", im)
+			fl = append(fl, im)
 		}
 		var script strings.Builder
 		for _, im := range imgs {
 			fmt.Fprintf(&script, "rbd -c %s --id %s --keyring %s lock ls %s >/dev/null && rbd -c %s --id %s --keyring %s status %s >/dev/null || exit 1\n",
 				c.Conf, c.User, c.Keyring, im, c.Conf, c.User, c.Keyring, im)
 		}
-		var a, b []time.Duration
-		for i := 0; i < reps; i++ { // interleaved: both see the same noise
-			d, err := timeIt(exec.Command(bin, ours...))
-			if err != nil {
-				return err
-			}
-			a = append(a, d)
-			d, err = timeIt(exec.Command("bash", "-c", script.String()))
-			if err != nil {
-				return err
-			}
-			b = append(b, d)
+		progs := []*prog{
+			{name: "check", cmd: func() *exec.Cmd { return exec.Command(bin, ours...) }},
+			{name: "floor", cmd: func() *exec.Cmd { return exec.Command(floor, fl...) }},
+			{name: "version", cmd: func() *exec.Cmd { return exec.Command(bin, "version") }},
 		}
-		ma, mb := median(a), median(b)
-		fmt.Printf("%-7d %-16s %-16s %.1fx\n", n, ma.Round(time.Millisecond), mb.Round(time.Millisecond), float64(mb)/float64(ma))
+		if shell {
+			progs = append(progs, &prog{name: "rbd CLI", cmd: func() *exec.Cmd { return exec.Command("bash", "-c", script.String()) }})
+		}
+		for i := 0; i < reps; i++ {
+			for k := range progs {
+				p := progs[(i+k)%len(progs)]
+				d, err := timeIt(p.cmd())
+				if err != nil {
+					return err
+				}
+				p.d = append(p.d, d)
+			}
+		}
+		versions = append(versions, progs[2].d...)
+		mc, mf := median(progs[0].d), median(progs[1].d)
+		cli, speed := "-", "-"
+		if shell {
+			mcli := median(progs[3].d)
+			cli, speed = mcli.Round(time.Millisecond).String(), fmt.Sprintf("%.1fx", float64(mcli)/float64(mc))
+		}
+		fmt.Printf("%-7d %-10s %-10s %-12s %-12s %s\n", n, ms(mc), ms(mf), fmt.Sprintf("%.2fx", float64(mc)/float64(mf)), cli, speed)
 	}
+	fmt.Printf("rbdfence version (start-up alone), same rounds: %s\n", ms(median(versions)))
 	return nil
+}
+
+// ms prints d in milliseconds with one decimal.
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
 }
 
 func timeIt(cmd *exec.Cmd) (time.Duration, error) {
