@@ -1,7 +1,8 @@
 //go:build cgo
 
 // Package ceph is the one adapter between rbdfence and Ceph: it implements
-// engine.Cluster with go-ceph (librados, librbd) and absorbs go-ceph's quirks
+// engine.Cluster with go-ceph's librados binding (librbd is loaded only to
+// break a lock, see breakLock) and absorbs go-ceph's quirks
 // in one place: LockExclusive's int result, the NUL in lock tags, the "v1:"
 // address prefix, our own watcher, and the blocklist expiry that must be a
 // JSON number with a fraction.
@@ -20,7 +21,6 @@ import (
 	"time"
 
 	"github.com/ceph/go-ceph/rados"
-	"github.com/ceph/go-ceph/rbd"
 
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/outcome"
@@ -288,8 +288,9 @@ func (c *Cluster) ImageClients(ctx context.Context, img engine.Image) (engine.Cl
 		}
 		id, err := imageID(io, img.Name)
 		if errors.Is(err, rados.ErrNotFound) {
-			// Not a format 2 image: missing, or format 1.
-			if _, err := rbd.OpenImageReadOnly(io, img.Name, rbd.NoSnapshot); Errno(err) == int(syscall.ENOENT) {
+			// Not a format 2 image: missing, or format 1 (header object
+			// "<name>.rbd", as librbd's detect_format looks for it).
+			if _, err := io.Stat(img.Name + ".rbd"); errors.Is(err, rados.ErrNotFound) {
 				return out, fmt.Errorf("%s: %w", img, engine.ErrImageNotFound)
 			} else if err == nil {
 				return out, fmt.Errorf("%s: format 1 images are not supported", img)
@@ -401,13 +402,8 @@ func (c *Cluster) BreakLock(ctx context.Context, img engine.Image, l engine.Lock
 		if err != nil {
 			return struct{}{}, err
 		}
-		im, err := rbd.OpenImage(io, img.Name, rbd.NoSnapshot)
-		if err != nil {
-			return struct{}{}, err
-		}
-		defer im.Close()
-		err = im.BreakLock(l.Client, l.Cookie)
-		if Errno(err) == int(syscall.ENOENT) {
+		err = breakLock(io, img.Name, l.Client, l.Cookie)
+		if errors.Is(err, errLockGone) {
 			return struct{}{}, nil
 		}
 		return struct{}{}, err

@@ -2,6 +2,12 @@ package ceph_test
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -100,5 +106,39 @@ func TestConnectErrors(t *testing.T) {
 				t.Fatalf("error leaks key material: %v", err)
 			}
 		})
+	}
+}
+
+// TestFormat1Refused: an image with a format 1 header ("<name>.rbd", no
+// rbd_id.<name>) is refused by name, a name with neither is missing. The
+// header is written with rados: Pacific no longer creates format 1 images.
+func TestFormat1Refused(t *testing.T) {
+	c := testenv.StartCeph(t)
+	cl := connect(t, c)
+	name := fmt.Sprintf("fmt1-%d", time.Now().UnixNano())
+	// struct rbd_obj_header_ondisk (112 bytes): text, block_name, signature,
+	// version, options (order 22), image_size 16 MiB, snap_seq, snap_count,
+	// reserved, snap_names_len.
+	hdr := make([]byte, 112)
+	copy(hdr[0:], "<<< Rados Block Device Image >>>\n")
+	copy(hdr[40:], "rb.0.1.2")
+	copy(hdr[64:], "RBD")
+	copy(hdr[68:], "001.005")
+	hdr[76] = 22
+	binary.LittleEndian.PutUint64(hdr[80:], 16<<20)
+	file := filepath.Join(t.TempDir(), "header")
+	if err := os.WriteFile(file, hdr, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.Admin(t, "rados", "-p", c.Pool, "put", name+".rbd", file)
+	t.Cleanup(func() { _ = exec.Command("rados", "-c", c.AdminConf, "-p", c.Pool, "rm", name+".rbd").Run() })
+
+	_, err := cl.ImageClients(context.Background(), engine.Image{Pool: c.Pool, Name: name})
+	if err == nil || !strings.Contains(err.Error(), "format 1 images are not supported") || errors.Is(err, engine.ErrImageNotFound) {
+		t.Fatalf("format 1 image: want \"format 1 images are not supported\", got %v", err)
+	}
+	_, err = cl.ImageClients(context.Background(), engine.Image{Pool: c.Pool, Name: name + "-nope"})
+	if !errors.Is(err, engine.ErrImageNotFound) {
+		t.Fatalf("missing image: want ErrImageNotFound, got %v", err)
 	}
 }
