@@ -3,6 +3,7 @@ package main
 import (
 	"debug/elf"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -34,5 +35,20 @@ func TestStartupLinksOnlyLibrados(t *testing.T) {
 	}
 	if !rados {
 		t.Errorf("librados is not among the needed libraries %v: is this a cgo build?", libs)
+	}
+}
+
+// TestStartupPackages checks that no package with a costly init is linked into
+// rbdfence (the Prometheus client registry registers Go and process collectors
+// at init, on every run, metrics configured or not).
+func TestStartupPackages(t *testing.T) {
+	out, err := exec.Command("go", "list", "-tags", "pacific", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if p == "github.com/prometheus/client_golang/prometheus" {
+			t.Errorf("rbdfence links %s: its init runs on every start (write the textfile with prometheus/common/expfmt)", p)
+		}
 	}
 }
