@@ -275,9 +275,10 @@ func (c *Cluster) ioctx(pool, ns string) (*rados.IOContext, error) {
 }
 
 // ImageClients lists lockers and watchers of img without our own client. It
-// reads the image's header object directly (three RADOS reads, no image open,
-// no watch of our own): the id from rbd_id.<name>, the "rbd_lock" cls_lock
-// holders and the header's watchers, exactly what librbd's own listing reads.
+// reads the image's header object directly (three RADOS reads in two round
+// trips, no image open, no watch of our own): the id from rbd_id.<name>, then
+// together the "rbd_lock" cls_lock holders and the header's watchers, exactly
+// what librbd's own listing reads.
 // Similar To: rbd lock ls POOL/IMAGE; rbd status POOL/IMAGE
 func (c *Cluster) ImageClients(ctx context.Context, img engine.Image) (engine.Clients, error) {
 	return call(ctx, func() (engine.Clients, error) {
@@ -301,23 +302,19 @@ func (c *Cluster) ImageClients(ctx context.Context, img engine.Image) (engine.Cl
 			return out, fmt.Errorf("reading the image id: %w", err)
 		}
 		header := "rbd_header." + id
-		info, err := io.ListLockers(header, "rbd_lock")
+		ls, ws, err := headerClients(io, header, "rbd_lock")
 		if err != nil {
-			return out, fmt.Errorf("listing lockers: %w", err)
+			return out, fmt.Errorf("listing lockers and watchers: %w", err)
 		}
-		for i := 0; i < info.NumLockers && i < len(info.Clients); i++ {
-			a, err := engine.ParseAddr(strings.TrimRight(info.Addrs[i], "\x00"))
+		for _, l := range ls {
+			a, err := engine.ParseAddr(strings.TrimRight(l.addr, "\x00"))
 			if err != nil {
-				return out, fmt.Errorf("locker %s: %w", info.Clients[i], err)
+				return out, fmt.Errorf("locker %s: %w", l.client, err)
 			}
 			if c.own[a] {
 				continue
 			}
-			out.Lockers = append(out.Lockers, engine.Locker{Client: strings.TrimRight(info.Clients[i], "\x00"), Cookie: strings.TrimRight(info.Cookies[i], "\x00"), Addr: a})
-		}
-		ws, err := listWatchers(io, header)
-		if err != nil {
-			return out, fmt.Errorf("listing watchers: %w", err)
+			out.Lockers = append(out.Lockers, engine.Locker{Client: strings.TrimRight(l.client, "\x00"), Cookie: strings.TrimRight(l.cookie, "\x00"), Addr: a})
 		}
 		for _, w := range ws {
 			if !c.own[w.Addr] {

@@ -133,3 +133,19 @@ func TestAdminCaps(t *testing.T) {
 		t.Fatalf("the rm user must remove entries: %v", err)
 	}
 }
+
+func TestParseHeaderClients(t *testing.T) {
+	ls, ws, err := parseHeaderClients("L\tclient.4101\tauto 94\t127.0.0.1:0/123\nW\t127.0.0.1:0/123\t4101\t94\nW\tv1:10.0.0.2:0/7\t4102\t95\n")
+	if err != nil || len(ls) != 1 || ls[0] != (rawLocker{"client.4101", "auto 94", "127.0.0.1:0/123"}) ||
+		len(ws) != 2 || ws[1].Addr.String() != "10.0.0.2:0/7" || ws[1].ID != 4102 {
+		t.Fatalf("%+v %+v %v", ls, ws, err)
+	}
+	if ls, ws, err := parseHeaderClients(""); err != nil || len(ls)+len(ws) != 0 {
+		t.Fatalf("empty: %+v %+v %v", ls, ws, err)
+	}
+	for _, bad := range []string{"L\tclient.1\tcookie", "X\tsomething", "W\t127.0.0.1:0/1\tx\t2", "127.0.0.1:0/1\t1\t2"} {
+		if _, _, err := parseHeaderClients(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

@@ -5,10 +5,11 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-// rbdfence_list_watchers writes "addr\tgid\tcookie\n" lines for every watcher
-// of oid into buf; returns the count, or a negative errno (-ERANGE: buf too
-// small, *needed says how large it must be).
-int rbdfence_list_watchers(rados_ioctx_t io, const char *oid, char *buf, size_t len, size_t *needed);
+// rbdfence_header_clients reads an RBD header's lockers of lock (cls lock)
+// and its watchers in one round trip and writes "L\tclient\tcookie\taddr\n"
+// and "W\taddr\tgid\tcookie\n" lines into buf; returns 0 or a negative errno
+// (-ERANGE: buf too small, *needed says how large it must be).
+int rbdfence_header_clients(rados_ioctx_t io, const char *oid, const char *lock, char *buf, size_t len, size_t *needed);
 #ifdef __cplusplus
 }
 #endif
