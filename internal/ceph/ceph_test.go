@@ -142,3 +142,42 @@ func TestFormat1Refused(t *testing.T) {
 		t.Fatalf("missing image: want ErrImageNotFound, got %v", err)
 	}
 }
+
+// TestImagesClientsMatchesOneByOne: the batch read of many images gives, for
+// each image, what ImageClients gives for it alone: clean images, a locking
+// and watching zombie, a missing image, a missing pool, in one call.
+func TestImagesClientsMatchesOneByOne(t *testing.T) {
+	c := testenv.StartCeph(t)
+	cl := connect(t, c)
+	var imgs []engine.Image
+	for i := 0; i < 5; i++ {
+		imgs = append(imgs, image(t, c.NewImage(t, "batch")))
+	}
+	z := testenv.StartZombie(t, c, imgs[2].String(), "write")
+	z.WaitWrite(t, true, 10*time.Second)
+	imgs = append(imgs, engine.Image{Pool: c.Pool, Name: fmt.Sprintf("missing-%d", time.Now().UnixNano())},
+		engine.Image{Pool: "nopool", Name: "x"})
+	for _, conc := range []int{1, 3, 16} {
+		got, errs := cl.ImagesClients(context.Background(), imgs, conc)
+		if len(got) != len(imgs) || len(errs) != len(imgs) {
+			t.Fatalf("concurrency %d: %d results, %d errors for %d images", conc, len(got), len(errs), len(imgs))
+		}
+		for i, img := range imgs {
+			want, werr := cl.ImageClients(context.Background(), img)
+			if fmt.Sprint(werr) != fmt.Sprint(errs[i]) || fmt.Sprint(want) != fmt.Sprint(got[i]) {
+				t.Errorf("concurrency %d, %s: batch %+v %v, alone %+v %v", conc, img, got[i], errs[i], want, werr)
+			}
+		}
+		if len(got[2].Lockers) != 1 || got[2].Lockers[0].Addr.String() != z.Addr || len(got[2].Watchers) != 1 {
+			t.Errorf("concurrency %d: the zombie %s is not the locker and watcher of %s: %+v", conc, z.Addr, imgs[2], got[2])
+		}
+		if !errors.Is(errs[5], engine.ErrImageNotFound) || errs[6] == nil || errors.Is(errs[6], engine.ErrImageNotFound) {
+			t.Errorf("concurrency %d: missing image %v, missing pool %v", conc, errs[5], errs[6])
+		}
+		for _, i := range []int{0, 1, 3, 4} {
+			if errs[i] != nil || len(got[i].Lockers)+len(got[i].Watchers) != 0 {
+				t.Errorf("concurrency %d: clean image %s: %+v %v", conc, imgs[i], got[i], errs[i])
+			}
+		}
+	}
+}

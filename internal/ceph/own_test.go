@@ -134,17 +134,18 @@ func TestAdminCaps(t *testing.T) {
 	}
 }
 
-func TestParseHeaderClients(t *testing.T) {
-	ls, ws, err := parseHeaderClients("L\tclient.4101\tauto 94\t127.0.0.1:0/123\nW\t127.0.0.1:0/123\t4101\t94\nW\tv1:10.0.0.2:0/7\t4102\t95\n")
-	if err != nil || len(ls) != 1 || ls[0] != (rawLocker{"client.4101", "auto 94", "127.0.0.1:0/123"}) ||
-		len(ws) != 2 || ws[1].Addr.String() != "10.0.0.2:0/7" || ws[1].ID != 4102 {
+func TestParseHeadersClients(t *testing.T) {
+	ls, ws, err := parseHeadersClients("L\t1\tclient.4101\tauto 94\t127.0.0.1:0/123\nW\t1\t127.0.0.1:0/123\t4101\t94\nW\t0\tv1:10.0.0.2:0/7\t4102\t95\n", 2)
+	if err != nil || len(ls[0]) != 0 || len(ls[1]) != 1 || ls[1][0] != (rawLocker{"client.4101", "auto 94", "127.0.0.1:0/123"}) ||
+		len(ws[0]) != 1 || ws[0][0].Addr.String() != "10.0.0.2:0/7" || ws[0][0].ID != 4102 || len(ws[1]) != 1 || ws[1][0].Cookie != 94 {
 		t.Fatalf("%+v %+v %v", ls, ws, err)
 	}
-	if ls, ws, err := parseHeaderClients(""); err != nil || len(ls)+len(ws) != 0 {
+	if ls, ws, err := parseHeadersClients("", 3); err != nil || len(ls) != 3 || len(ws) != 3 || len(ls[2])+len(ws[2]) != 0 {
 		t.Fatalf("empty: %+v %+v %v", ls, ws, err)
 	}
-	for _, bad := range []string{"L\tclient.1\tcookie", "X\tsomething", "W\t127.0.0.1:0/1\tx\t2", "127.0.0.1:0/1\t1\t2"} {
-		if _, _, err := parseHeaderClients(bad); err == nil {
+	for _, bad := range []string{"L\t0\tclient.1\tcookie", "X\t0\tsomething", "W\t0\t127.0.0.1:0/1\tx\t2", "W\t5\t127.0.0.1:0/1\t1\t2",
+		"W\t-1\t127.0.0.1:0/1\t1\t2", "127.0.0.1:0/1\t1\t2"} {
+		if _, _, err := parseHeadersClients(bad, 2); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}
