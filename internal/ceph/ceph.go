@@ -287,15 +287,17 @@ var _ engine.ImagesLister = (*Cluster)(nil)
 // client, as ImageClients does for one. It reads each image's header object
 // directly (no image open, no watch of our own), in two round trips for all
 // images together: every rbd_id.<name> at once (the image ids), then every
-// header's watchers at once while its "rbd_lock" cls_lock holders are read
-// on up to concurrency threads: exactly what librbd's own listing reads.
+// header's "rbd_lock" cls_lock holders and watchers at once, one compound
+// read per header: exactly what librbd's own listing reads. All reads are in
+// flight together, so concurrency (for implementations that block per image)
+// does not apply.
 func (c *Cluster) ImagesClients(ctx context.Context, imgs []engine.Image, concurrency int) ([]engine.Clients, []error) {
 	type res struct {
 		cl   []engine.Clients
 		errs []error
 	}
 	r, err := call(ctx, func() (res, error) {
-		cl, errs := c.imagesClients(imgs, concurrency)
+		cl, errs := c.imagesClients(imgs)
 		return res{cl, errs}, nil
 	})
 	if err != nil {
@@ -304,7 +306,7 @@ func (c *Cluster) ImagesClients(ctx context.Context, imgs []engine.Image, concur
 	return r.cl, r.errs
 }
 
-func (c *Cluster) imagesClients(imgs []engine.Image, concurrency int) ([]engine.Clients, []error) {
+func (c *Cluster) imagesClients(imgs []engine.Image) ([]engine.Clients, []error) {
 	out, errs := make([]engine.Clients, len(imgs)), make([]error, len(imgs))
 	// 1. The image ids, from rbd_id.<name>.
 	var idx []int
@@ -348,10 +350,7 @@ func (c *Cluster) imagesClients(imgs []engine.Image, concurrency int) ([]engine.
 		hidx, hios, headers = append(hidx, i), append(hios, ios[k]), append(headers, "rbd_header."+id)
 	}
 	// 2. Each header's lockers and watchers.
-	if concurrency < 1 {
-		concurrency = 1
-	}
-	ls, ws, herrs := headersClients(hios, headers, "rbd_lock", concurrency)
+	ls, ws, herrs := headersClients(hios, headers, "rbd_lock")
 	for k, i := range hidx {
 		if herrs[k] != nil {
 			errs[i] = fmt.Errorf("listing lockers and watchers: %w", herrs[k])

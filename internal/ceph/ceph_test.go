@@ -3,6 +3,7 @@ package ceph_test
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -143,10 +144,11 @@ func TestFormat1Refused(t *testing.T) {
 	}
 }
 
-// TestImagesClientsMatchesOneByOne: the batch read of many images gives, for
-// each image, what ImageClients gives for it alone: clean images, a locking
-// and watching zombie, a missing image, a missing pool, in one call.
-func TestImagesClientsMatchesOneByOne(t *testing.T) {
+// TestImagesClients: one call for many images gives each image's clients as
+// librbd's own listing (rbd lock ls) and the zombie itself report them:
+// clean images, a locking and watching zombie, a missing image and a
+// missing pool, in one call; ImageClients agrees for each image.
+func TestImagesClients(t *testing.T) {
 	c := testenv.StartCeph(t)
 	cl := connect(t, c)
 	var imgs []engine.Image
@@ -155,29 +157,35 @@ func TestImagesClientsMatchesOneByOne(t *testing.T) {
 	}
 	z := testenv.StartZombie(t, c, imgs[2].String(), "write")
 	z.WaitWrite(t, true, 10*time.Second)
+	var rbdLocks []struct{ ID, Locker, Address string }
+	if err := json.Unmarshal([]byte(c.AsLibvirt(t, "rbd", "lock", "ls", "--format", "json", imgs[2].String())), &rbdLocks); err != nil || len(rbdLocks) != 1 {
+		t.Fatalf("rbd lock ls: %+v %v", rbdLocks, err)
+	}
 	imgs = append(imgs, engine.Image{Pool: c.Pool, Name: fmt.Sprintf("missing-%d", time.Now().UnixNano())},
 		engine.Image{Pool: "nopool", Name: "x"})
-	for _, conc := range []int{1, 3, 16} {
-		got, errs := cl.ImagesClients(context.Background(), imgs, conc)
-		if len(got) != len(imgs) || len(errs) != len(imgs) {
-			t.Fatalf("concurrency %d: %d results, %d errors for %d images", conc, len(got), len(errs), len(imgs))
+	got, errs := cl.ImagesClients(context.Background(), imgs, 16)
+	if len(got) != len(imgs) || len(errs) != len(imgs) {
+		t.Fatalf("%d results, %d errors for %d images", len(got), len(errs), len(imgs))
+	}
+	l := got[2].Lockers
+	if len(l) != 1 || l[0].Client != rbdLocks[0].Locker || l[0].Cookie != rbdLocks[0].ID || l[0].Addr.String() != rbdLocks[0].Address || l[0].Addr.String() != z.Addr {
+		t.Errorf("locker of %s: got %+v, rbd lock ls says %+v, the zombie is %s", imgs[2], l, rbdLocks[0], z.Addr)
+	}
+	if w := got[2].Watchers; len(w) != 1 || w[0].Addr.String() != z.Addr {
+		t.Errorf("watcher of %s: got %+v, the zombie is %s", imgs[2], w, z.Addr)
+	}
+	if !errors.Is(errs[5], engine.ErrImageNotFound) || errs[6] == nil || errors.Is(errs[6], engine.ErrImageNotFound) {
+		t.Errorf("missing image %v, missing pool %v", errs[5], errs[6])
+	}
+	for _, i := range []int{0, 1, 3, 4} {
+		if errs[i] != nil || len(got[i].Lockers)+len(got[i].Watchers) != 0 {
+			t.Errorf("clean image %s: %+v %v", imgs[i], got[i], errs[i])
 		}
-		for i, img := range imgs {
-			want, werr := cl.ImageClients(context.Background(), img)
-			if fmt.Sprint(werr) != fmt.Sprint(errs[i]) || fmt.Sprint(want) != fmt.Sprint(got[i]) {
-				t.Errorf("concurrency %d, %s: batch %+v %v, alone %+v %v", conc, img, got[i], errs[i], want, werr)
-			}
-		}
-		if len(got[2].Lockers) != 1 || got[2].Lockers[0].Addr.String() != z.Addr || len(got[2].Watchers) != 1 {
-			t.Errorf("concurrency %d: the zombie %s is not the locker and watcher of %s: %+v", conc, z.Addr, imgs[2], got[2])
-		}
-		if !errors.Is(errs[5], engine.ErrImageNotFound) || errs[6] == nil || errors.Is(errs[6], engine.ErrImageNotFound) {
-			t.Errorf("concurrency %d: missing image %v, missing pool %v", conc, errs[5], errs[6])
-		}
-		for _, i := range []int{0, 1, 3, 4} {
-			if errs[i] != nil || len(got[i].Lockers)+len(got[i].Watchers) != 0 {
-				t.Errorf("concurrency %d: clean image %s: %+v %v", conc, imgs[i], got[i], errs[i])
-			}
+	}
+	for i, img := range imgs {
+		one, err := cl.ImageClients(context.Background(), img)
+		if fmt.Sprint(err) != fmt.Sprint(errs[i]) || fmt.Sprint(one) != fmt.Sprint(got[i]) {
+			t.Errorf("%s: together %+v %v, alone %+v %v", img, got[i], errs[i], one, err)
 		}
 	}
 }

@@ -1,17 +1,15 @@
 // The reads of `rbdfence check` for many images in two calls: librados'
 // asynchronous API (and list_watchers, which exists only in its C++ API)
-// keep one round trip per phase for all images, without a blocked OS thread
+// keeps one round trip per phase for all images, without a blocked OS thread
 // per image on the Go side.
 #include <rados/librados.hpp>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <list>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "clients.h"
@@ -63,22 +61,32 @@ extern "C" int rbdfence_read_objects(const rados_ioctx_t *ios, const char *const
 	return give(all, out, outlen);
 }
 
-extern "C" int rbdfence_headers_clients(const rados_ioctx_t *ios, const char *const *oids, const char *lock, int n, int threads,
-                                        int *rc, char **out, size_t *outlen) {
+extern "C" int rbdfence_headers_clients(const rados_ioctx_t *ios, const char *const *oids, const char *lock, int n, int *rc,
+                                        int *lens, char **out, size_t *outlen, char **locks, size_t *lockslen) {
+	// cls_lock_get_info_op{name}: ENCODE_START(1, 1), then the name.
+	librados::bufferlist in;
+	const uint32_t nlen = std::strlen(lock);
+	const uint32_t slen = 4 + nlen;
+	const char hdr[10] = {1, 1, char(slen), char(slen >> 8), char(slen >> 16), char(slen >> 24),
+	                      char(nlen), char(nlen >> 8), char(nlen >> 16), char(nlen >> 24)};
+	in.append(hdr, sizeof hdr);
+	in.append(lock, nlen);
 	struct header {
 		librados::IoCtx io;
 		std::unique_ptr<librados::ObjectReadOperation> op;  // alive until its completion
 		librados::AioCompletion *c = nullptr;
+		librados::bufferlist in, info;
+		int ir = 0;
 		std::list<obj_watch_t> ws;
 		int wr = 0;
-		std::list<librados::locker_t> ls;
-		int lr = 0;
 	};
 	std::vector<header> h(n);
 	for (int i = 0; i < n; i++) {
 		rc[i] = 0;
 		librados::IoCtx::from_rados_ioctx_t(ios[i], h[i].io);
+		h[i].in = in;
 		h[i].op.reset(new librados::ObjectReadOperation);
+		h[i].op->exec("lock", "get_info", h[i].in, &h[i].info, &h[i].ir);
 		h[i].op->list_watchers(&h[i].ws, &h[i].wr);
 		h[i].c = librados::Rados::aio_create_completion();
 		int r = h[i].io.aio_operate(oids[i], h[i].c, h[i].op.get(), nullptr);
@@ -88,47 +96,34 @@ extern "C" int rbdfence_headers_clients(const rados_ioctx_t *ios, const char *co
 			h[i].c = nullptr;
 		}
 	}
-	std::atomic<int> next{0};
-	auto lockers = [&]() {
-		for (int i; (i = next++) < n;) {
-			int exclusive = 0;
-			std::string tag;
-			h[i].lr = h[i].io.list_lockers(oids[i], lock, &exclusive, &tag, &h[i].ls);
-		}
-	};
-	std::vector<std::thread> pool;
-	for (int t = 1; t < threads && t < n; t++) {
-		pool.emplace_back(lockers);
-	}
-	lockers();
-	for (auto &t : pool) {
-		t.join();
-	}
-	std::string all;
+	std::string text, bin;
 	for (int i = 0; i < n; i++) {
+		lens[i] = 0;
 		if (h[i].c != nullptr) {
 			h[i].c->wait_for_complete();
 			int r = h[i].c->get_return_value();
 			h[i].c->release();
-			if (r < 0) {
-				rc[i] = r;
-			} else if (h[i].wr < 0) {
-				rc[i] = h[i].wr;
-			}
-		}
-		if (rc[i] == 0 && h[i].lr < 0) {
-			rc[i] = h[i].lr;
+			rc[i] = r < 0 ? r : h[i].ir < 0 ? h[i].ir : h[i].wr < 0 ? h[i].wr : 0;
 		}
 		if (rc[i] < 0) {
 			continue;
 		}
-		const std::string idx = std::to_string(i);
-		for (const auto &l : h[i].ls) {
-			all += "L\t" + idx + '\t' + l.client + '\t' + l.cookie + '\t' + l.address + '\n';
+		lens[i] = static_cast<int>(h[i].info.length());
+		if (h[i].info.length() > 0) {
+			bin.append(h[i].info.c_str(), h[i].info.length());
 		}
+		const std::string idx = std::to_string(i);
 		for (const auto &w : h[i].ws) {
-			all += "W\t" + idx + '\t' + w.addr + '\t' + std::to_string(w.watcher_id) + '\t' + std::to_string(w.cookie) + '\n';
+			text += idx + '\t' + w.addr + '\t' + std::to_string(w.watcher_id) + '\t' + std::to_string(w.cookie) + '\n';
 		}
 	}
-	return give(all, out, outlen);
+	if (give(bin, locks, lockslen) < 0) {
+		return -ENOMEM;
+	}
+	if (give(text, out, outlen) < 0) {
+		std::free(*locks);
+		*locks = nullptr;
+		return -ENOMEM;
+	}
+	return 0;
 }

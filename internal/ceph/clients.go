@@ -3,7 +3,7 @@
 package ceph
 
 // #cgo LDFLAGS: -lrados -lstdc++
-// #cgo CXXFLAGS: -std=c++17 -pthread
+// #cgo CXXFLAGS: -std=c++17
 // #include <stdlib.h>
 // #include "clients.h"
 import "C"
@@ -99,9 +99,9 @@ func readObjects(ios []*rados.IOContext, oids []string, maxlen int) (data [][]by
 }
 
 // headersClients returns the holders of lock on every oids[i] in ios[i] and
-// their watchers (rados lock list + rados listwatchers), all watcher lists in
-// one round trip, the lockers on up to threads threads.
-func headersClients(ios []*rados.IOContext, oids []string, lock string, threads int) (ls [][]rawLocker, ws [][]engine.Watcher, errs []error) {
+// their watchers (rados lock info + rados listwatchers): one compound read
+// per object, all at once (one round trip).
+func headersClients(ios []*rados.IOContext, oids []string, lock string) (ls [][]rawLocker, ws [][]engine.Watcher, errs []error) {
 	if len(oids) == 0 {
 		return nil, nil, nil
 	}
@@ -109,19 +109,31 @@ func headersClients(ios []*rados.IOContext, oids []string, lock string, threads 
 	defer a.free()
 	clock := C.CString(lock)
 	defer C.free(unsafe.Pointer(clock))
-	var out *C.char
-	var outlen C.size_t
-	if r := C.rbdfence_headers_clients(a.ios, a.oids, clock, C.int(a.n), C.int(threads), a.rc, &out, &outlen); r < 0 {
+	lens := (*C.int)(C.calloc(C.size_t(a.n), C.size_t(unsafe.Sizeof(C.int(0)))))
+	defer C.free(unsafe.Pointer(lens))
+	var out, locks *C.char
+	var outlen, lockslen C.size_t
+	if r := C.rbdfence_headers_clients(a.ios, a.oids, clock, C.int(a.n), a.rc, lens, &out, &outlen, &locks, &lockslen); r < 0 {
 		return nil, nil, repeat(fmt.Errorf("lockers and watchers of %d objects: %w", a.n, syscall.Errno(-r)), a.n)
 	}
-	ls, ws, err := parseHeadersClients(takeOut(out, outlen), a.n)
-	errs = make([]error, a.n)
+	text, bin := takeOut(out, outlen), takeOut(locks, lockslen)
+	ws, werr := parseIndexedWatchers(text, a.n)
+	ls, errs = make([][]rawLocker, a.n), make([]error, a.n)
 	for i, r := range a.results() {
+		n := int(unsafe.Slice(lens, a.n)[i])
+		if n < 0 || n > len(bin) {
+			errs[i] = fmt.Errorf("lock info of %s: bad length %d", oids[i], n)
+			continue
+		}
+		info := bin[:n]
+		bin = bin[n:]
 		switch {
 		case r < 0:
 			errs[i] = syscall.Errno(-r)
-		case err != nil:
-			errs[i] = err
+		case werr != nil:
+			errs[i] = werr
+		default:
+			ls[i], errs[i] = decodeLockInfo([]byte(info))
 		}
 	}
 	return ls, ws, errs
@@ -138,37 +150,26 @@ func repeat(err error, n int) []error {
 // rawLocker is one cls_lock holder as librados prints it.
 type rawLocker struct{ client, cookie, addr string }
 
-// parseHeadersClients reads the shim's "L\tI\tclient\tcookie\taddr" and
-// "W\tI\taddr\tgid\tcookie" lines for n objects.
-func parseHeadersClients(s string, n int) ([][]rawLocker, [][]engine.Watcher, error) {
-	ls, ws := make([][]rawLocker, n), make([][]engine.Watcher, n)
+// parseIndexedWatchers reads the shim's "I\taddr\tgid\tcookie" lines for n
+// objects.
+func parseIndexedWatchers(s string, n int) ([][]engine.Watcher, error) {
+	ws := make([][]engine.Watcher, n)
 	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
 		if line == "" {
 			continue
 		}
-		f := strings.SplitN(line, "\t", 3)
-		if len(f) != 3 || (f[0] != "L" && f[0] != "W") {
-			return nil, nil, fmt.Errorf("header client line %q", line)
-		}
-		i, err := strconv.Atoi(f[1])
+		idx, rest, _ := strings.Cut(line, "\t")
+		i, err := strconv.Atoi(idx)
 		if err != nil || i < 0 || i >= n {
-			return nil, nil, fmt.Errorf("header client line %q: bad index", line)
+			return nil, fmt.Errorf("watcher line %q: bad index", line)
 		}
-		if f[0] == "L" {
-			l := strings.Split(f[2], "\t")
-			if len(l) != 3 {
-				return nil, nil, fmt.Errorf("locker line %q", line)
-			}
-			ls[i] = append(ls[i], rawLocker{client: l[0], cookie: l[1], addr: l[2]})
-			continue
-		}
-		w, err := parseWatchers(f[2])
+		w, err := parseWatchers(rest)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		ws[i] = append(ws[i], w...)
 	}
-	return ls, ws, nil
+	return ws, nil
 }
 
 // parseWatchers reads the shim's "addr\tgid\tcookie" lines.
