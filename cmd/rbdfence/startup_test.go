@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -50,5 +51,38 @@ func TestStartupPackages(t *testing.T) {
 		if p == "github.com/prometheus/client_golang/prometheus" {
 			t.Errorf("rbdfence links %s: its init runs on every start (write the textfile with prometheus/common/expfmt)", p)
 		}
+	}
+}
+
+// TestStartupInitWork bounds the work every package's init does before main,
+// on every run of rbdfence (GODEBUG=inittrace=1 on this test binary, which
+// links the same packages): no init may allocate more than 500 objects
+// (compile a regexp or build a registry on first use instead). The count of
+// allocations is deterministic, unlike the time.
+func TestStartupInitWork(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "GODEBUG=inittrace=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		// init PKG @T ms, T ms clock, B bytes, N allocs
+		f := strings.Fields(line)
+		if len(f) != 11 || f[0] != "init" || f[10] != "allocs" {
+			continue
+		}
+		n++
+		if allocs, err := strconv.Atoi(f[9]); err != nil || allocs > 500 {
+			t.Errorf("package %s: init does %s allocations (%s bytes) on every start", f[1], f[9], f[7])
+		}
+	}
+	if n < 20 {
+		t.Fatalf("only %d init lines in the trace:\n%s", n, out)
 	}
 }
