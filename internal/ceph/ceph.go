@@ -285,19 +285,18 @@ var _ engine.ImagesLister = (*Cluster)(nil)
 
 // ImagesClients lists lockers and watchers of every image without our own
 // client, as ImageClients does for one. It reads each image's header object
-// directly (no image open, no watch of our own), in two round trips for all
-// images together: every rbd_id.<name> at once (the image ids), then every
-// header's "rbd_lock" cls_lock holders and watchers at once, one compound
-// read per header: exactly what librbd's own listing reads. All reads are in
-// flight together, so concurrency (for implementations that block per image)
-// does not apply.
+// directly (no image open, no watch of our own), asynchronously, in two
+// round trips when the images fit in concurrency (fence.concurrency, the
+// reads in flight at once): every rbd_id.<name> (the image ids), then every
+// header's "rbd_lock" cls_lock holders and watchers, one compound read per
+// header: exactly what librbd's own listing reads.
 func (c *Cluster) ImagesClients(ctx context.Context, imgs []engine.Image, concurrency int) ([]engine.Clients, []error) {
 	type res struct {
 		cl   []engine.Clients
 		errs []error
 	}
 	r, err := call(ctx, func() (res, error) {
-		cl, errs := c.imagesClients(imgs)
+		cl, errs := c.imagesClients(imgs, concurrency)
 		return res{cl, errs}, nil
 	})
 	if err != nil {
@@ -306,7 +305,7 @@ func (c *Cluster) ImagesClients(ctx context.Context, imgs []engine.Image, concur
 	return r.cl, r.errs
 }
 
-func (c *Cluster) imagesClients(imgs []engine.Image) ([]engine.Clients, []error) {
+func (c *Cluster) imagesClients(imgs []engine.Image, concurrency int) ([]engine.Clients, []error) {
 	out, errs := make([]engine.Clients, len(imgs)), make([]error, len(imgs))
 	// 1. The image ids, from rbd_id.<name>.
 	var idx []int
@@ -320,7 +319,7 @@ func (c *Cluster) imagesClients(imgs []engine.Image) ([]engine.Clients, []error)
 		}
 		idx, ios, oids = append(idx, i), append(ios, io), append(oids, "rbd_id."+img.Name)
 	}
-	data, rerrs := readObjects(ios, oids, 512)
+	data, rerrs := readObjects(ios, oids, concurrency, 512)
 	var hidx []int
 	var hios []*rados.IOContext
 	var headers []string
@@ -350,7 +349,7 @@ func (c *Cluster) imagesClients(imgs []engine.Image) ([]engine.Clients, []error)
 		hidx, hios, headers = append(hidx, i), append(hios, ios[k]), append(headers, "rbd_header."+id)
 	}
 	// 2. Each header's lockers and watchers.
-	ls, ws, herrs := headersClients(hios, headers, "rbd_lock")
+	ls, ws, herrs := headersClients(hios, headers, "rbd_lock", concurrency)
 	for k, i := range hidx {
 		if herrs[k] != nil {
 			errs[i] = fmt.Errorf("listing lockers and watchers: %w", herrs[k])

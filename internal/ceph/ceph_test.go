@@ -163,29 +163,31 @@ func TestImagesClients(t *testing.T) {
 	}
 	imgs = append(imgs, engine.Image{Pool: c.Pool, Name: fmt.Sprintf("missing-%d", time.Now().UnixNano())},
 		engine.Image{Pool: "nopool", Name: "x"})
-	got, errs := cl.ImagesClients(context.Background(), imgs, 16)
-	if len(got) != len(imgs) || len(errs) != len(imgs) {
-		t.Fatalf("%d results, %d errors for %d images", len(got), len(errs), len(imgs))
-	}
-	l := got[2].Lockers
-	if len(l) != 1 || l[0].Client != rbdLocks[0].Locker || l[0].Cookie != rbdLocks[0].ID || l[0].Addr.String() != rbdLocks[0].Address || l[0].Addr.String() != z.Addr {
-		t.Errorf("locker of %s: got %+v, rbd lock ls says %+v, the zombie is %s", imgs[2], l, rbdLocks[0], z.Addr)
-	}
-	if w := got[2].Watchers; len(w) != 1 || w[0].Addr.String() != z.Addr {
-		t.Errorf("watcher of %s: got %+v, the zombie is %s", imgs[2], w, z.Addr)
-	}
-	if !errors.Is(errs[5], engine.ErrImageNotFound) || errs[6] == nil || errors.Is(errs[6], engine.ErrImageNotFound) {
-		t.Errorf("missing image %v, missing pool %v", errs[5], errs[6])
-	}
-	for _, i := range []int{0, 1, 3, 4} {
-		if errs[i] != nil || len(got[i].Lockers)+len(got[i].Watchers) != 0 {
-			t.Errorf("clean image %s: %+v %v", imgs[i], got[i], errs[i])
+	for _, conc := range []int{16, 3, 1} { // all at once, a window smaller than the images, one by one
+		got, errs := cl.ImagesClients(context.Background(), imgs, conc)
+		if len(got) != len(imgs) || len(errs) != len(imgs) {
+			t.Fatalf("concurrency %d: %d results, %d errors for %d images", conc, len(got), len(errs), len(imgs))
 		}
-	}
-	for i, img := range imgs {
-		one, err := cl.ImageClients(context.Background(), img)
-		if fmt.Sprint(err) != fmt.Sprint(errs[i]) || fmt.Sprint(one) != fmt.Sprint(got[i]) {
-			t.Errorf("%s: together %+v %v, alone %+v %v", img, got[i], errs[i], one, err)
+		l := got[2].Lockers
+		if len(l) != 1 || l[0].Client != rbdLocks[0].Locker || l[0].Cookie != rbdLocks[0].ID || l[0].Addr.String() != rbdLocks[0].Address || l[0].Addr.String() != z.Addr {
+			t.Errorf("concurrency %d: locker of %s: got %+v, rbd lock ls says %+v, the zombie is %s", conc, imgs[2], l, rbdLocks[0], z.Addr)
+		}
+		if w := got[2].Watchers; len(w) != 1 || w[0].Addr.String() != z.Addr {
+			t.Errorf("concurrency %d: watcher of %s: got %+v, the zombie is %s", conc, imgs[2], w, z.Addr)
+		}
+		if !errors.Is(errs[5], engine.ErrImageNotFound) || errs[6] == nil || errors.Is(errs[6], engine.ErrImageNotFound) {
+			t.Errorf("concurrency %d: missing image %v, missing pool %v", conc, errs[5], errs[6])
+		}
+		for _, i := range []int{0, 1, 3, 4} {
+			if errs[i] != nil || len(got[i].Lockers)+len(got[i].Watchers) != 0 {
+				t.Errorf("concurrency %d: clean image %s: %+v %v", conc, imgs[i], got[i], errs[i])
+			}
+		}
+		for i, img := range imgs {
+			one, err := cl.ImageClients(context.Background(), img)
+			if fmt.Sprint(err) != fmt.Sprint(errs[i]) || fmt.Sprint(one) != fmt.Sprint(got[i]) {
+				t.Errorf("concurrency %d, %s: together %+v %v, alone %+v %v", conc, img, got[i], errs[i], one, err)
+			}
 		}
 	}
 }

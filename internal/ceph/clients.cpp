@@ -30,12 +30,12 @@ int give(const std::string &s, char **out, size_t *outlen) {
 
 }  // namespace
 
-extern "C" int rbdfence_read_objects(const rados_ioctx_t *ios, const char *const *oids, int n, size_t maxlen, int *rc, char **out,
-                                     size_t *outlen) {
+extern "C" int rbdfence_read_objects(const rados_ioctx_t *ios, const char *const *oids, int n, int window, size_t maxlen, int *rc,
+                                     char **out, size_t *outlen) {
 	std::vector<librados::IoCtx> io(n);
 	std::vector<librados::bufferlist> bl(n);
 	std::vector<librados::AioCompletion *> c(n, nullptr);
-	for (int i = 0; i < n; i++) {
+	auto submit = [&](int i) {
 		librados::IoCtx::from_rados_ioctx_t(ios[i], io[i]);
 		c[i] = librados::Rados::aio_create_completion();
 		rc[i] = io[i].aio_read(oids[i], c[i], &bl[i], maxlen, 0);
@@ -43,6 +43,9 @@ extern "C" int rbdfence_read_objects(const rados_ioctx_t *ios, const char *const
 			c[i]->release();
 			c[i] = nullptr;
 		}
+	};
+	for (int i = 0; i < n && i < window; i++) {
+		submit(i);
 	}
 	std::string all;
 	for (int i = 0; i < n; i++) {
@@ -50,6 +53,9 @@ extern "C" int rbdfence_read_objects(const rados_ioctx_t *ios, const char *const
 			c[i]->wait_for_complete();
 			rc[i] = c[i]->get_return_value();
 			c[i]->release();
+		}
+		if (i + window < n) {  // at most window reads in flight
+			submit(i + window);
 		}
 		if (rc[i] >= 0) {
 			rc[i] = static_cast<int>(bl[i].length());
@@ -61,8 +67,8 @@ extern "C" int rbdfence_read_objects(const rados_ioctx_t *ios, const char *const
 	return give(all, out, outlen);
 }
 
-extern "C" int rbdfence_headers_clients(const rados_ioctx_t *ios, const char *const *oids, const char *lock, int n, int *rc,
-                                        int *lens, char **out, size_t *outlen, char **locks, size_t *lockslen) {
+extern "C" int rbdfence_headers_clients(const rados_ioctx_t *ios, const char *const *oids, const char *lock, int n, int window,
+                                        int *rc, int *lens, char **out, size_t *outlen, char **locks, size_t *lockslen) {
 	// cls_lock_get_info_op{name}: ENCODE_START(1, 1), then the name.
 	librados::bufferlist in;
 	const uint32_t nlen = std::strlen(lock);
@@ -81,7 +87,7 @@ extern "C" int rbdfence_headers_clients(const rados_ioctx_t *ios, const char *co
 		int wr = 0;
 	};
 	std::vector<header> h(n);
-	for (int i = 0; i < n; i++) {
+	auto submit = [&](int i) {
 		rc[i] = 0;
 		librados::IoCtx::from_rados_ioctx_t(ios[i], h[i].io);
 		h[i].in = in;
@@ -95,6 +101,9 @@ extern "C" int rbdfence_headers_clients(const rados_ioctx_t *ios, const char *co
 			h[i].c->release();
 			h[i].c = nullptr;
 		}
+	};
+	for (int i = 0; i < n && i < window; i++) {
+		submit(i);
 	}
 	std::string text, bin;
 	for (int i = 0; i < n; i++) {
@@ -104,6 +113,9 @@ extern "C" int rbdfence_headers_clients(const rados_ioctx_t *ios, const char *co
 			int r = h[i].c->get_return_value();
 			h[i].c->release();
 			rc[i] = r < 0 ? r : h[i].ir < 0 ? h[i].ir : h[i].wr < 0 ? h[i].wr : 0;
+		}
+		if (i + window < n) {  // at most window headers in flight
+			submit(i + window);
 		}
 		if (rc[i] < 0) {
 			continue;

@@ -69,9 +69,10 @@ func takeOut(p *C.char, n C.size_t) string {
 	return C.GoStringN(p, C.int(n))
 }
 
-// readObjects reads up to maxlen bytes of every oids[i] in ios[i], all at
-// once (one round trip): data[i], or errs[i] (a syscall.Errno).
-func readObjects(ios []*rados.IOContext, oids []string, maxlen int) (data [][]byte, errs []error) {
+// readObjects reads up to maxlen bytes of every oids[i] in ios[i], window
+// at once (one round trip when all fit): data[i], or errs[i] (a
+// syscall.Errno).
+func readObjects(ios []*rados.IOContext, oids []string, window, maxlen int) (data [][]byte, errs []error) {
 	if len(oids) == 0 {
 		return nil, nil
 	}
@@ -79,7 +80,7 @@ func readObjects(ios []*rados.IOContext, oids []string, maxlen int) (data [][]by
 	defer a.free()
 	var out *C.char
 	var outlen C.size_t
-	if r := C.rbdfence_read_objects(a.ios, a.oids, C.int(a.n), C.size_t(maxlen), a.rc, &out, &outlen); r < 0 {
+	if r := C.rbdfence_read_objects(a.ios, a.oids, C.int(a.n), C.int(max(window, 1)), C.size_t(maxlen), a.rc, &out, &outlen); r < 0 {
 		return nil, repeat(fmt.Errorf("reading %d objects: %w", a.n, syscall.Errno(-r)), a.n)
 	}
 	all := takeOut(out, outlen)
@@ -100,8 +101,8 @@ func readObjects(ios []*rados.IOContext, oids []string, maxlen int) (data [][]by
 
 // headersClients returns the holders of lock on every oids[i] in ios[i] and
 // their watchers (rados lock info + rados listwatchers): one compound read
-// per object, all at once (one round trip).
-func headersClients(ios []*rados.IOContext, oids []string, lock string) (ls [][]rawLocker, ws [][]engine.Watcher, errs []error) {
+// per object, window at once (one round trip when all fit).
+func headersClients(ios []*rados.IOContext, oids []string, lock string, window int) (ls [][]rawLocker, ws [][]engine.Watcher, errs []error) {
 	if len(oids) == 0 {
 		return nil, nil, nil
 	}
@@ -113,7 +114,7 @@ func headersClients(ios []*rados.IOContext, oids []string, lock string) (ls [][]
 	defer C.free(unsafe.Pointer(lens))
 	var out, locks *C.char
 	var outlen, lockslen C.size_t
-	if r := C.rbdfence_headers_clients(a.ios, a.oids, clock, C.int(a.n), a.rc, lens, &out, &outlen, &locks, &lockslen); r < 0 {
+	if r := C.rbdfence_headers_clients(a.ios, a.oids, clock, C.int(a.n), C.int(max(window, 1)), a.rc, lens, &out, &outlen, &locks, &lockslen); r < 0 {
 		return nil, nil, repeat(fmt.Errorf("lockers and watchers of %d objects: %w", a.n, syscall.Errno(-r)), a.n)
 	}
 	text, bin := takeOut(out, outlen), takeOut(locks, lockslen)

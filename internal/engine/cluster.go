@@ -81,7 +81,7 @@ type Cluster interface {
 // images at once more cheaply than one by one (the Ceph adapter reads all
 // images in two round trips). The engine uses it when present. The results
 // are ImageClients' for each image, in order; concurrency bounds how many
-// images are inspected at once where the implementation must block per image.
+// images are inspected at once.
 type ImagesLister interface {
 	ImagesClients(ctx context.Context, imgs []Image, concurrency int) ([]Clients, []error)
 }
