@@ -9,12 +9,14 @@
 //     `rbd status` per image).
 //
 // `rbdfence version` (start-up alone, no Ceph) is timed in the same rounds.
-// Each round runs every program once, in an order that rotates from round to
-// round, so that all see the same noise. It uses the test cluster
+// Each round runs every program once, the fast ones in an order that rotates
+// from round to round, so that all see the same noise, the rbd CLI loop last
+// (its seconds of load would otherwise fall on whichever program follows). It uses the test cluster
 // (test/ceph/cluster.sh) and client.libvirt.
 //
 //	make bench            # or: go run -tags pacific ./test/bench/checkbench -reps 9
 //	go run -tags pacific ./test/bench/checkbench -shell=false -sizes 16,64 -reps 21
+//	go run -tags pacific ./test/bench/checkbench -compare /tmp/rbdfence-main   # before/after in one run
 package main
 
 import (
@@ -36,6 +38,7 @@ func main() {
 	bin := flag.String("rbdfence", "bin/rbdfence", "rbdfence binary")
 	sizes := flag.String("sizes", "1,4,16,64", "image counts, comma-separated (at most 64)")
 	shell := flag.Bool("shell", true, "also time the rbd CLI loop (slow: seconds per round at 64 images)")
+	other := flag.String("compare", "", "another rbdfence binary (e.g. built from main) timed in the same rounds")
 	flag.Parse()
 	var ns []int
 	for _, s := range strings.Split(*sizes, ",") {
@@ -50,7 +53,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "checkbench: -reps must be at least 1")
 		os.Exit(2)
 	}
-	if err := run(*reps, *bin, ns, *shell); err != nil {
+	if err := run(*reps, *bin, *other, ns, *shell); err != nil {
 		fmt.Fprintln(os.Stderr, "checkbench:", err)
 		os.Exit(1)
 	}
@@ -74,7 +77,7 @@ type prog struct {
 	d    []time.Duration
 }
 
-func run(reps int, bin string, sizes []int, shell bool) error {
+func run(reps int, bin, other string, sizes []int, shell bool) error {
 	var c *testenv.Ceph
 	if err := testenv.RunProgram(func(t testenv.T) error { c = testenv.StartCeph(t); return nil }); err != nil {
 		return err
@@ -103,10 +106,10 @@ func run(reps int, bin string, sizes []int, shell bool) error {
 	}
 
 	fmt.Printf("rbdfence check vs the floor (%s) and the rbd CLI loop (rbd lock ls + rbd status per image);\n", "test/bench/floor")
-	fmt.Printf("%d rounds, each program once per round in rotating order, medians;\n", reps)
+	fmt.Printf("%d rounds, each program once per round (rotating order, the rbd CLI loop last), medians;\n", reps)
 	fmt.Printf("paired: the median of the rounds' own check/floor ratios (robust to load that changes between rounds)\n")
 	fmt.Printf("%-7s %-10s %-10s %-12s %-8s %-12s %s\n", "images", "check", "floor", "check/floor", "paired", "rbd CLI", "CLI/check")
-	var versions []time.Duration
+	var versions, otherVersions []time.Duration
 	for _, n := range sizes {
 		imgs := images[:n]
 		ours := []string{"check", "--config", cfg}
@@ -125,25 +128,48 @@ func run(reps int, bin string, sizes []int, shell bool) error {
 			{name: "floor", cmd: func() *exec.Cmd { return exec.Command(floor, fl...) }},
 			{name: "version", cmd: func() *exec.Cmd { return exec.Command(bin, "version") }},
 		}
+		cli, cmp := -1, -1
 		if shell {
+			cli = len(progs)
 			progs = append(progs, &prog{name: "rbd CLI", cmd: func() *exec.Cmd { return exec.Command("bash", "-c", script.String()) }})
 		}
+		if other != "" {
+			cmp = len(progs)
+			progs = append(progs, &prog{name: "compare check", cmd: func() *exec.Cmd { return exec.Command(other, ours...) }},
+				&prog{name: "compare version", cmd: func() *exec.Cmd { return exec.Command(other, "version") }})
+		}
+		// The fast programs run in an order that rotates from round to round;
+		// the rbd CLI loop (seconds of load on both cores) runs last, then
+		// the cluster gets a moment before the next round.
+		var fast []*prog
+		for k, p := range progs {
+			if k != cli {
+				fast = append(fast, p)
+			}
+		}
 		for i := 0; i < reps; i++ {
-			for k := range progs {
-				p := progs[(i+k)%len(progs)]
+			order := append([]*prog{}, fast[i%len(fast):]...)
+			order = append(order, fast[:i%len(fast)]...)
+			if cli >= 0 {
+				order = append(order, progs[cli])
+			}
+			for _, p := range order {
 				d, err := timeIt(p.cmd())
 				if err != nil {
 					return err
 				}
 				p.d = append(p.d, d)
 			}
+			if cli >= 0 {
+				time.Sleep(200 * time.Millisecond)
+			}
 		}
 		versions = append(versions, progs[2].d...)
 		mc, mf := median(progs[0].d), median(progs[1].d)
-		cli, speed := "-", "-"
-		if shell {
-			mcli := median(progs[3].d)
-			cli, speed = mcli.Round(time.Millisecond).String(), fmt.Sprintf("%.1fx", float64(mcli)/float64(mc))
+		clis, speed := "-", "-"
+		if cli >= 0 {
+			mcli := median(progs[cli].d)
+			clis, speed = mcli.Round(time.Millisecond).String(), fmt.Sprintf("%.1fx", float64(mcli)/float64(mc))
 		}
 		var ratios []float64
 		for i := range progs[0].d {
@@ -151,9 +177,23 @@ func run(reps int, bin string, sizes []int, shell bool) error {
 		}
 		sort.Float64s(ratios)
 		fmt.Printf("%-7d %-10s %-10s %-12s %-8s %-12s %s\n", n, ms(mc), ms(mf), fmt.Sprintf("%.2fx", float64(mc)/float64(mf)),
-			fmt.Sprintf("%.2fx", ratios[len(ratios)/2]), cli, speed)
+			fmt.Sprintf("%.2fx", ratios[len(ratios)/2]), clis, speed)
+		if cmp >= 0 {
+			mo := median(progs[cmp].d)
+			var oratios []float64
+			for i := range progs[cmp].d {
+				oratios = append(oratios, float64(progs[cmp].d[i])/float64(progs[1].d[i]))
+			}
+			sort.Float64s(oratios)
+			fmt.Printf("%-7s %-10s %-10s %-12s %-8s (%s, same rounds)\n", "", ms(mo), "", fmt.Sprintf("%.2fx", float64(mo)/float64(mf)),
+				fmt.Sprintf("%.2fx", oratios[len(oratios)/2]), other)
+			otherVersions = append(otherVersions, progs[cmp+1].d...)
+		}
 	}
 	fmt.Printf("rbdfence version (start-up alone), same rounds: %s\n", ms(median(versions)))
+	if other != "" {
+		fmt.Printf("%s version, same rounds: %s\n", other, ms(median(otherVersions)))
+	}
 	return nil
 }
 
