@@ -1,7 +1,8 @@
 //go:build cgo
 
 // Package ceph is the one adapter between rbdfence and Ceph: it implements
-// engine.Cluster with go-ceph (librados, librbd) and absorbs go-ceph's quirks
+// engine.Cluster with go-ceph's librados binding (librbd is loaded only to
+// break a lock, see breakLock) and absorbs go-ceph's quirks
 // in one place: LockExclusive's int result, the NUL in lock tags, the "v1:"
 // address prefix, our own watcher, and the blocklist expiry that must be a
 // JSON number with a fraction.
@@ -20,7 +21,6 @@ import (
 	"time"
 
 	"github.com/ceph/go-ceph/rados"
-	"github.com/ceph/go-ceph/rbd"
 
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/outcome"
@@ -274,69 +274,114 @@ func (c *Cluster) ioctx(pool, ns string) (*rados.IOContext, error) {
 	return io, nil
 }
 
-// ImageClients lists lockers and watchers of img without our own client. It
-// reads the image's header object directly (three RADOS reads, no image open,
-// no watch of our own): the id from rbd_id.<name>, the "rbd_lock" cls_lock
-// holders and the header's watchers, exactly what librbd's own listing reads.
+// ImageClients lists lockers and watchers of img without our own client.
 // Similar To: rbd lock ls POOL/IMAGE; rbd status POOL/IMAGE
 func (c *Cluster) ImageClients(ctx context.Context, img engine.Image) (engine.Clients, error) {
-	return call(ctx, func() (engine.Clients, error) {
-		var out engine.Clients
+	cl, errs := c.ImagesClients(ctx, []engine.Image{img}, 1)
+	return cl[0], errs[0]
+}
+
+var _ engine.ImagesLister = (*Cluster)(nil)
+
+// ImagesClients lists lockers and watchers of every image without our own
+// client, as ImageClients does for one. It reads each image's header object
+// directly (no image open, no watch of our own), asynchronously, in two
+// round trips when the images fit in concurrency (fence.concurrency, the
+// reads in flight at once): every rbd_id.<name> (the image ids), then every
+// header's "rbd_lock" cls_lock holders and watchers, one compound read per
+// header: exactly what librbd's own listing reads.
+func (c *Cluster) ImagesClients(ctx context.Context, imgs []engine.Image, concurrency int) ([]engine.Clients, []error) {
+	type res struct {
+		cl   []engine.Clients
+		errs []error
+	}
+	r, err := call(ctx, func() (res, error) {
+		cl, errs := c.imagesClients(imgs, concurrency)
+		return res{cl, errs}, nil
+	})
+	if err != nil {
+		return make([]engine.Clients, len(imgs)), repeat(err, len(imgs))
+	}
+	return r.cl, r.errs
+}
+
+func (c *Cluster) imagesClients(imgs []engine.Image, concurrency int) ([]engine.Clients, []error) {
+	out, errs := make([]engine.Clients, len(imgs)), make([]error, len(imgs))
+	// 1. The image ids, from rbd_id.<name>.
+	var idx []int
+	var ios []*rados.IOContext
+	var oids []string
+	for i, img := range imgs {
 		io, err := c.ioctx(img.Pool, img.Namespace)
 		if err != nil {
-			return out, err
+			errs[i] = err
+			continue
 		}
-		id, err := imageID(io, img.Name)
-		if errors.Is(err, rados.ErrNotFound) {
-			// Not a format 2 image: missing, or format 1.
-			if _, err := rbd.OpenImageReadOnly(io, img.Name, rbd.NoSnapshot); Errno(err) == int(syscall.ENOENT) {
-				return out, fmt.Errorf("%s: %w", img, engine.ErrImageNotFound)
-			} else if err == nil {
-				return out, fmt.Errorf("%s: format 1 images are not supported", img)
-			}
-			return out, fmt.Errorf("%s: %w", img, err)
-		}
-		if err != nil {
-			return out, fmt.Errorf("reading the image id: %w", err)
-		}
-		header := "rbd_header." + id
-		info, err := io.ListLockers(header, "rbd_lock")
-		if err != nil {
-			return out, fmt.Errorf("listing lockers: %w", err)
-		}
-		for i := 0; i < info.NumLockers && i < len(info.Clients); i++ {
-			a, err := engine.ParseAddr(strings.TrimRight(info.Addrs[i], "\x00"))
-			if err != nil {
-				return out, fmt.Errorf("locker %s: %w", info.Clients[i], err)
-			}
-			if c.own[a] {
-				continue
-			}
-			out.Lockers = append(out.Lockers, engine.Locker{Client: strings.TrimRight(info.Clients[i], "\x00"), Cookie: strings.TrimRight(info.Cookies[i], "\x00"), Addr: a})
-		}
-		ws, err := listWatchers(io, header)
-		if err != nil {
-			return out, fmt.Errorf("listing watchers: %w", err)
-		}
-		for _, w := range ws {
-			if !c.own[w.Addr] {
-				out.Watchers = append(out.Watchers, w)
-			}
-		}
-		return out, nil
-	})
-}
-
-// imageID reads rbd_id.<name>: a Ceph-encoded string (le32 length, bytes).
-func imageID(io *rados.IOContext, name string) (string, error) {
-	buf := make([]byte, 512)
-	n, err := io.Read("rbd_id."+name, buf, 0)
-	if err != nil {
-		return "", err
+		idx, ios, oids = append(idx, i), append(ios, io), append(oids, "rbd_id."+img.Name)
 	}
-	return decodeID(buf[:n])
+	data, rerrs := readObjects(ios, oids, concurrency, 512)
+	var hidx []int
+	var hios []*rados.IOContext
+	var headers []string
+	for k, i := range idx {
+		img := imgs[i]
+		if errors.Is(rerrs[k], syscall.ENOENT) {
+			// Not a format 2 image: missing, or format 1 (header object
+			// "<name>.rbd", as librbd's detect_format looks for it).
+			if _, err := ios[k].Stat(img.Name + ".rbd"); errors.Is(err, rados.ErrNotFound) {
+				errs[i] = fmt.Errorf("%s: %w", img, engine.ErrImageNotFound)
+			} else if err == nil {
+				errs[i] = fmt.Errorf("%s: format 1 images are not supported", img)
+			} else {
+				errs[i] = fmt.Errorf("%s: %w", img, err)
+			}
+			continue
+		}
+		if rerrs[k] != nil {
+			errs[i] = fmt.Errorf("reading the image id: %w", rerrs[k])
+			continue
+		}
+		id, err := decodeID(data[k])
+		if err != nil {
+			errs[i] = fmt.Errorf("reading the image id: %w", err)
+			continue
+		}
+		hidx, hios, headers = append(hidx, i), append(hios, ios[k]), append(headers, "rbd_header."+id)
+	}
+	// 2. Each header's lockers and watchers.
+	ls, ws, herrs := headersClients(hios, headers, "rbd_lock", concurrency)
+	for k, i := range hidx {
+		if herrs[k] != nil {
+			errs[i] = fmt.Errorf("listing lockers and watchers: %w", herrs[k])
+			continue
+		}
+		out[i], errs[i] = c.foreign(ls[k], ws[k])
+	}
+	return out, errs
 }
 
+// foreign turns a header's lockers and watchers into Clients without ours.
+func (c *Cluster) foreign(ls []rawLocker, ws []engine.Watcher) (engine.Clients, error) {
+	var out engine.Clients
+	for _, l := range ls {
+		a, err := engine.ParseAddr(strings.TrimRight(l.addr, "\x00"))
+		if err != nil {
+			return engine.Clients{}, fmt.Errorf("locker %s: %w", l.client, err)
+		}
+		if c.own[a] {
+			continue
+		}
+		out.Lockers = append(out.Lockers, engine.Locker{Client: strings.TrimRight(l.client, "\x00"), Cookie: strings.TrimRight(l.cookie, "\x00"), Addr: a})
+	}
+	for _, w := range ws {
+		if !c.own[w.Addr] {
+			out.Watchers = append(out.Watchers, w)
+		}
+	}
+	return out, nil
+}
+
+// decodeID decodes rbd_id.<name>: a Ceph-encoded string (le32 length, bytes).
 func decodeID(b []byte) (string, error) {
 	if len(b) < 4 {
 		return "", fmt.Errorf("rbd_id object is %d bytes", len(b))
@@ -401,13 +446,8 @@ func (c *Cluster) BreakLock(ctx context.Context, img engine.Image, l engine.Lock
 		if err != nil {
 			return struct{}{}, err
 		}
-		im, err := rbd.OpenImage(io, img.Name, rbd.NoSnapshot)
-		if err != nil {
-			return struct{}{}, err
-		}
-		defer im.Close()
-		err = im.BreakLock(l.Client, l.Cookie)
-		if Errno(err) == int(syscall.ENOENT) {
+		err = breakLock(io, img.Name, l.Client, l.Cookie)
+		if errors.Is(err, errLockGone) {
 			return struct{}{}, nil
 		}
 		return struct{}{}, err

@@ -43,3 +43,15 @@ func FuzzDecodeID(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeLockInfo: any reply bytes give holders or an error, never a panic.
+func FuzzDecodeLockInfo(f *testing.F) {
+	f.Add([]byte{1, 1, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add(lockInfoReply(append([]byte{0, 0, 0, 0, 42, 0, 0, 0}, make([]byte, 128)...)))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ls, err := decodeLockInfo(b)
+		if err != nil && ls != nil {
+			t.Fatalf("holders and an error: %v %v", ls, err)
+		}
+	})
+}

@@ -275,10 +275,32 @@ func (r *Report) count() {
 
 func (e *Engine) inspect(ctx context.Context, imgs []Image, scope Scope, handover bool) *Report {
 	r := &Report{Images: make([]ImageReport, len(imgs))}
-	sem := make(chan struct{}, e.o.Concurrency)
-	var wg sync.WaitGroup
 	for i, img := range imgs {
 		r.Images[i] = ImageReport{Image: img.String(), Shareable: img.Shareable, ReadOnly: img.ReadOnly, img: img, Clients: []ClientReport{}}
+	}
+	record := func(ir *ImageReport, cl Clients, err error) {
+		switch {
+		case errors.Is(err, ErrImageNotFound) && e.o.MissingOK:
+			ir.Missing = true
+		case errors.Is(err, ErrImageNotFound):
+			ir.Missing = true
+			ir.Error = fmt.Sprintf("image %s does not exist", ir.Image)
+		case err != nil:
+			ir.Error = fmt.Sprintf("%s: cannot list lockers and watchers: %v", ir.Image, err)
+		default:
+			ir.Clients = e.classify(ir.img, cl, scope, handover)
+		}
+	}
+	if b, ok := e.c.(ImagesLister); ok && len(imgs) > 0 {
+		cls, errs := b.ImagesClients(ctx, imgs, e.o.Concurrency)
+		for i := range r.Images {
+			record(&r.Images[i], cls[i], errs[i])
+		}
+		return r
+	}
+	sem := make(chan struct{}, e.o.Concurrency)
+	var wg sync.WaitGroup
+	for i := range r.Images {
 		wg.Add(1)
 		go func(ir *ImageReport) {
 			defer wg.Done()
@@ -290,19 +312,7 @@ func (e *Engine) inspect(ctx context.Context, imgs []Image, scope Scope, handove
 			}
 			defer func() { <-sem }()
 			cl, err := e.c.ImageClients(ctx, ir.img)
-			switch {
-			case errors.Is(err, ErrImageNotFound) && e.o.MissingOK:
-				ir.Missing = true
-				return
-			case errors.Is(err, ErrImageNotFound):
-				ir.Missing = true
-				ir.Error = fmt.Sprintf("image %s does not exist", ir.Image)
-				return
-			case err != nil:
-				ir.Error = fmt.Sprintf("%s: cannot list lockers and watchers: %v", ir.Image, err)
-				return
-			}
-			ir.Clients = e.classify(ir.img, cl, scope, handover)
+			record(ir, cl, err)
 		}(&r.Images[i])
 	}
 	wg.Wait()

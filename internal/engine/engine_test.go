@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"strings"
@@ -457,5 +458,49 @@ func TestHookRecognisesItsHost(t *testing.T) {
 				t.Fatalf("want ClaimedElsewhereError, got %v", err)
 			}
 		})
+	}
+}
+
+// batchFake is the fake with the ImagesLister extension: it lists by calling
+// ImageClients per image and counts its own calls.
+type batchFake struct {
+	*enginetest.Fake
+	calls, images, concurrency int
+}
+
+func (b *batchFake) ImagesClients(ctx context.Context, imgs []engine.Image, concurrency int) ([]engine.Clients, []error) {
+	b.calls++
+	b.images += len(imgs)
+	b.concurrency = concurrency
+	cls, errs := make([]engine.Clients, len(imgs)), make([]error, len(imgs))
+	for i, im := range imgs {
+		cls[i], errs[i] = b.Fake.ImageClients(ctx, im)
+	}
+	return cls, errs
+}
+
+// TestInspectUsesImagesLister: a cluster that lists many images at once is
+// asked once for all of them, with the configured concurrency, and the report
+// is the one the image-by-image path gives.
+func TestInspectUsesImagesLister(t *testing.T) {
+	f := enginetest.NewFake()
+	a, b, c := img("a"), img("b"), img("c")
+	f.CreateImage(a)
+	f.CreateImage(b)
+	f.Open(b, "10.0.0.5", true)
+	imgs := []engine.Image{a, b, c} // c does not exist
+	want := engine.New(f, engine.Options{Concurrency: 3}).Check(ctx, imgs, engine.Scope{})
+	bf := &batchFake{Fake: f}
+	got := engine.New(bf, engine.Options{Concurrency: 3}).Check(ctx, imgs, engine.Scope{})
+	if bf.calls != 1 || bf.images != 3 || bf.concurrency != 3 {
+		t.Fatalf("ImagesClients: %d calls, %d images, concurrency %d; want 1, 3, 3", bf.calls, bf.images, bf.concurrency)
+	}
+	gj, _ := json.Marshal(got)
+	wj, _ := json.Marshal(want)
+	if string(gj) != string(wj) {
+		t.Fatalf("batch report differs:\n got %s\nwant %s", gj, wj)
+	}
+	if got.Errors != 1 || !got.Images[2].Missing || len(got.Images[1].Clients) != 1 {
+		t.Fatalf("report: %+v", got)
 	}
 }

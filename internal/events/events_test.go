@@ -95,7 +95,7 @@ func TestNewID(t *testing.T) {
 	seen := map[string]bool{}
 	for i := 0; i < 1000; i++ {
 		id := newID()
-		if len(id) != 32 || !idRE.MatchString(id) {
+		if len(id) != 32 || !idRE().MatchString(id) {
 			t.Fatalf("newID() = %q: want 32 hex digits", id)
 		}
 		if seen[id] {

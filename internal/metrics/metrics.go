@@ -7,10 +7,10 @@ package metrics
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -75,14 +75,37 @@ func Record(path string, r Run) error {
 	old, _ := Read(path)
 	s := newState(old)
 	s.add(r)
-	reg := prometheus.NewRegistry()
-	if err := reg.Register(s); err != nil {
-		return err
-	}
-	if err := prometheus.WriteToTextfile(path, reg); err != nil {
+	if err := writeFile(path, s.families()); err != nil {
 		return fmt.Errorf("metrics %s: %w", path, err)
 	}
-	return os.Chmod(path, 0o644)
+	return nil
+}
+
+// writeFile writes mfs in the text format (prometheus/common/expfmt, the
+// client library's encoder) to a temporary file beside path and renames it
+// over path, mode 0644. The Prometheus client registry is not used: its
+// package init registers Go and process collectors on every start of every
+// program that links it, metrics configured or not.
+func writeFile(path string, mfs []*dto.MetricFamily) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after the rename: gone already
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(tmp, mf); err != nil {
+			tmp.Close()
+			return err
+		}
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 // Read parses a textfile with the Prometheus text parser.
@@ -104,7 +127,7 @@ type hist struct {
 	buckets map[float64]uint64
 }
 
-// state is the merged totals; it is a prometheus.Collector of const metrics.
+// state is the merged totals.
 type state struct {
 	counters map[string]map[key]float64
 	gauges   map[string]map[key]float64
@@ -179,39 +202,73 @@ func (s *state) add(r Run) {
 	}
 }
 
-// Describe implements prometheus.Collector (unchecked collector).
-func (s *state) Describe(chan<- *prometheus.Desc) {}
-
-// Collect implements prometheus.Collector.
-func (s *state) Collect(ch chan<- prometheus.Metric) {
-	emit := func(name string, vt prometheus.ValueType, m map[key]float64) {
+// families returns the totals as metric families in the order the Prometheus
+// client registry gathers them: families by name, samples by label values.
+func (s *state) families() []*dto.MetricFamily {
+	var out []*dto.MetricFamily
+	family := func(name string, t dto.MetricType) *dto.MetricFamily {
+		mf := &dto.MetricFamily{Name: ptr(name), Help: ptr(help[name]), Type: t.Enum()}
+		out = append(out, mf)
+		return mf
+	}
+	labels := func(name string, k key) []*dto.LabelPair {
+		if name == Errors { // label pairs sorted by name, as the registry writes them
+			return []*dto.LabelPair{{Name: ptr("kind"), Value: ptr(k.kind)}, {Name: ptr("op"), Value: ptr(k.op)}}
+		}
+		return []*dto.LabelPair{{Name: ptr("op"), Value: ptr(k.op)}}
+	}
+	sortedKeys := func(m map[key]float64) []key {
 		keys := make([]key, 0, len(m))
 		for k := range m {
 			keys = append(keys, k)
 		}
-		sort.Slice(keys, func(i, j int) bool { return keys[i].op+keys[i].kind < keys[j].op+keys[j].kind })
-		for _, k := range keys {
-			labels, values := []string{"op"}, []string{k.op}
-			if name == Errors {
-				labels, values = append(labels, "kind"), append(values, k.kind)
+		sort.Slice(keys, func(i, j int) bool {
+			if keys[i].kind != keys[j].kind {
+				return keys[i].kind < keys[j].kind
 			}
-			ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, help[name], labels, nil), vt, m[k], values...)
+			return keys[i].op < keys[j].op
+		})
+		return keys
+	}
+	for n, m := range s.counters {
+		if len(m) == 0 {
+			continue
+		}
+		mf := family(n, dto.MetricType_COUNTER)
+		for _, k := range sortedKeys(m) {
+			mf.Metric = append(mf.Metric, &dto.Metric{Label: labels(n, k), Counter: &dto.Counter{Value: ptr(m[k])}})
 		}
 	}
-	for _, n := range []string{Runs, Images, Fences, Refusals, Errors} {
-		emit(n, prometheus.CounterValue, s.counters[n])
-	}
-	for _, n := range []string{LastRun, LastOK} {
-		emit(n, prometheus.GaugeValue, s.gauges[n])
-	}
-	for op, h := range s.hists {
-		b := map[float64]uint64{}
-		for _, ub := range durationBuckets {
-			b[ub] = h.buckets[ub]
+	for n, m := range s.gauges {
+		if len(m) == 0 {
+			continue
 		}
-		ch <- prometheus.MustNewConstHistogram(prometheus.NewDesc(Durations, help[Durations], []string{"op"}, nil), h.count, h.sum, b, op)
+		mf := family(n, dto.MetricType_GAUGE)
+		for _, k := range sortedKeys(m) {
+			mf.Metric = append(mf.Metric, &dto.Metric{Label: labels(n, k), Gauge: &dto.Gauge{Value: ptr(m[k])}})
+		}
 	}
+	if len(s.hists) > 0 {
+		mf := family(Durations, dto.MetricType_HISTOGRAM)
+		ops := make([]string, 0, len(s.hists))
+		for op := range s.hists {
+			ops = append(ops, op)
+		}
+		sort.Strings(ops)
+		for _, op := range ops {
+			h := s.hists[op]
+			dh := &dto.Histogram{SampleCount: ptr(h.count), SampleSum: ptr(h.sum)}
+			for _, ub := range durationBuckets {
+				dh.Bucket = append(dh.Bucket, &dto.Bucket{UpperBound: ptr(ub), CumulativeCount: ptr(h.buckets[ub])})
+			}
+			mf.Metric = append(mf.Metric, &dto.Metric{Label: labels(Durations, key{op: op}), Histogram: dh})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // Value returns the value of a counter or gauge sample with the given labels
 // (tests and doctor).

@@ -1,13 +1,14 @@
 package metrics
 
 import (
+	"flag"
 	"os"
-
-	dto "github.com/prometheus/client_model/go"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 func TestRecordAccumulatesAndParses(t *testing.T) {
@@ -98,5 +99,45 @@ func TestCorruptFileRestarts(t *testing.T) {
 	}
 	if _, err := Read(path); err != nil {
 		t.Fatal(err)
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/golden.prom")
+
+// TestRecordGolden pins the file byte for byte (families, order, labels,
+// HELP and TYPE lines, histogram buckets), so that how it is written can
+// change without node_exporter or a dashboard seeing a difference.
+func TestRecordGolden(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rbdfence.prom")
+	at := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	for i, r := range []Run{
+		{Op: "prestart", Duration: 30 * time.Millisecond, Images: 4, Fenced: 2},
+		{Op: "prestart", Duration: 2 * time.Second, Images: 4, Refused: true, Error: "refused"},
+		{Op: "hook", Duration: 5 * time.Millisecond, Images: 1},
+		{Op: "check", Duration: 40 * time.Millisecond, Images: 16},
+		{Op: "prestart", Duration: 11 * time.Second, Error: "ceph"},
+		{Op: "fence", Duration: 700 * time.Millisecond, Images: 2, Fenced: 1, Error: "failure"},
+	} {
+		r.At = at.Add(time.Duration(i) * time.Second)
+		if err := Record(path, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "golden.prom")
+	if *update {
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Fatalf("textfile differs from %s:\n--- got\n%s\n--- want\n%s", golden, got, want)
 	}
 }
