@@ -114,6 +114,21 @@ HOOK
 	mv -f "$PLACEHOLDER.tmp" "$PLACEHOLDER"
 }
 
+# daemon CMD...: run a daemon with no descriptor but 0-2 inherited. A
+# daemon keeps every descriptor it inherits, and so holds every lock open on
+# them: our own (fd 9) and the caller's (e.g. `flock FILE make test`, whose
+# lock libvirtd would otherwise hold until it stops).
+daemon() {
+	(
+		local fd
+		for fd in /proc/self/fd/*; do
+			fd=${fd##*/}
+			((fd > 2)) && eval "exec $fd>&-" 2>/dev/null
+		done
+		exec "$@"
+	)
+}
+
 # ensure_kvm_access: what Debian's udev rule does on a real KVM host.
 ensure_kvm_access() {
 	[[ ${RBDFENCE_TEST_DOMTYPE:-} == qemu ]] && return 0
@@ -141,9 +156,8 @@ start_virtlogd() {
 	fi
 	log "starting virtlogd"
 	rm -f /run/libvirt/virtlogd-sock /run/libvirt/virtlogd-admin-sock
-	# 9>&-: the daemon must not inherit (and so hold) our lock.
-	virtlogd --daemon --pid-file "$STATE_DIR/virtlogd.pid" \
-		>>"$STATE_DIR/virtlogd.out" 2>&1 </dev/null 9>&- ||
+	daemon virtlogd --daemon --pid-file "$STATE_DIR/virtlogd.pid" \
+		>>"$STATE_DIR/virtlogd.out" 2>&1 </dev/null ||
 		die "virtlogd failed to start: $(tail -n 5 "$STATE_DIR/virtlogd.out" | tr '\n' ' ')"
 	local i
 	for ((i = 0; i < 100; i++)); do
@@ -168,8 +182,8 @@ start_libvirtd() {
 		log "starting libvirtd"
 		: >"$STATE_DIR/libvirtd.log"
 		LIBVIRT_LOG_OUTPUTS="3:file:$STATE_DIR/libvirtd.log" \
-			libvirtd --daemon --pid-file "$STATE_DIR/libvirtd.pid" \
-			>>"$STATE_DIR/libvirtd.out" 2>&1 </dev/null 9>&- ||
+			daemon libvirtd --daemon --pid-file "$STATE_DIR/libvirtd.pid" \
+			>>"$STATE_DIR/libvirtd.out" 2>&1 </dev/null ||
 			die "libvirtd failed to start: $(tail -n 20 "$STATE_DIR/libvirtd.out" "$STATE_DIR/libvirtd.log" 2>&1)"
 		local i
 		for ((i = 0; i < 50; i++)); do
