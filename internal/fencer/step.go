@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
@@ -55,74 +56,37 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 			Client: c.Client, Address: c.Address, Cookie: c.Cookie, Action: string(c.Action), Expire: c.Expire, Result: "ok"}}, source)
 		failpoint.Hit("after-blocklist")
 	}
-	pool := cfg.Ceph.ClaimPool
-	if pool == "" {
-		pool = groups[0].Images[0].Pool
-	}
-	who := engine.Who{VM: req.VM, Seq: req.Seq, Host: req.Host, Source: req.Source, Run: req.Run, Pool: pool}
-
+	base := engine.Who{VM: req.VM, Seq: req.Seq, Host: req.Host, Source: req.Source, Run: req.Run}
 	meta := audit.Meta{Run: req.Run, Op: req.Op, VM: req.VM, Host: req.Host}
 
-	sess, err := Open(ctx, groups[0].Access, opts)
-	if err != nil {
-		return fail(err)
-	}
-	defer sess.Close()
-	if !req.Local {
-		// This step runs on req.Host: the address Ceph sees for its clients
-		// identifies the host in the claim, whatever name OpenNebula or
-		// host_name give it. (Not the interface list: virbr0's 192.168.122.1
-		// is on every libvirt host.)
-		seen := map[netip.Addr]bool{}
-		for _, a := range sess.Cluster.OwnAddrs() {
-			if a.IP.IsGlobalUnicast() && !seen[a.IP] {
-				seen[a.IP] = true
-				who.HostIPs = append(who.HostIPs, a.IP)
+	// A start with disks in several clusters (or reached with several Ceph
+	// accesses) first checks every claim, so that a refusal in one cluster
+	// fences nothing in another.
+	if req.Op == hoststep.OpStart && len(groups) > 1 {
+		for _, g := range groups {
+			if _, err := runGroup(ctx, cfg, req, g, base, opts, ips, true); err != nil {
+				return fail(err)
 			}
 		}
 	}
-	var res *engine.ClaimResult
-	switch req.Op {
-	case hoststep.OpCheck:
-		res, err = sess.Engine.Start(ctx, who, groups[0].Images, true)
-	case hoststep.OpStart:
-		res, err = sess.Engine.Start(ctx, who, groups[0].Images, false)
-	case hoststep.OpRecord:
-		res, err = sess.Engine.Record(ctx, who, groups[0].Images, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: ips})
-	case hoststep.OpPremigrate:
-		res, err = sess.Engine.OpenWindow(ctx, who, req.Src, req.Dst, time.Duration(cfg.Fence.MigrationWindow))
-	case hoststep.OpPostmigrate:
-		res, err = sess.Engine.CloseWindow(ctx, who, groups[0].Images, req.Src, req.Dst, ips, engine.Migrated)
-	case hoststep.OpFailmigrate:
-		outcome := engine.Failed
-		if req.Host == req.Src && req.Src != req.Dst {
-			outcome = engine.FailedFromSource // dst unreachable: fence all that is not here
+	// Every step handles every group: each cluster holds the VM's claim for
+	// the disks it serves, and QEMU opens one client per disk.
+	resp.Report = &engine.Report{Images: []engine.ImageReport{}}
+	handover := true
+	for _, g := range groups {
+		var res *engine.ClaimResult
+		res, err = runGroup(ctx, cfg, req, g, base, opts, ips, req.Op == hoststep.OpCheck)
+		if res != nil {
+			handover = handover && res.Handover
+			mergeClaim(resp, res)
+			resp.Report.Merge(res.Report)
+			resp.Report.DryRun = resp.Report.DryRun || (res.Report != nil && res.Report.DryRun)
 		}
-		res, err = sess.Engine.CloseWindow(ctx, who, groups[0].Images, req.Src, req.Dst, ips, outcome)
-	default:
-		return fail(fmt.Errorf("unknown op %q", req.Op))
-	}
-	if res != nil {
-		resp.Handover = res.Handover
-		if res.Claim.Host != "" {
-			c := res.Claim
-			resp.Claim = &c
-		}
-		resp.Report = res.Report
-	}
-	// Disks on other Ceph access sets: fenced without a claim of their own.
-	if err == nil && (req.Op == hoststep.OpStart || req.Op == hoststep.OpCheck) && !resp.Handover {
-		for _, g := range groups[1:] {
-			r, gerr := fenceGroup(ctx, g, opts, req.Op == hoststep.OpCheck)
-			if resp.Report != nil {
-				resp.Report.Merge(r)
-			}
-			if gerr != nil {
-				err = gerr
-				break
-			}
+		if err != nil {
+			break
 		}
 	}
+	resp.Handover = err == nil && handover
 	recs, aerr := Audit(cfg, resp.Report, meta)
 	resp.Audit = recs
 	putEvents(spool, recs, source)
@@ -158,6 +122,74 @@ func putEvents(s *events.Spool, recs []audit.Record, source string) {
 	}
 	for _, ev := range collision.Events(recs, source) {
 		_ = s.Put(ev)
+	}
+}
+
+// runGroup runs req's step for the disks of group g under the VM's claim in
+// g's cluster (dry for a check, or for the admission pass of a start).
+func runGroup(ctx context.Context, cfg *config.Config, req *hoststep.Request, g Group, who engine.Who, opts engine.Options, ips []netip.Addr, dry bool) (*engine.ClaimResult, error) {
+	sess, err := Open(ctx, g.Access, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer sess.Close()
+	who.Pool = claimPool(cfg, g)
+	if !req.Local {
+		// This step runs on req.Host: the address Ceph sees for its clients
+		// identifies the host in the claim, whatever name OpenNebula or
+		// host_name give it. (Not the interface list: virbr0's 192.168.122.1
+		// is on every libvirt host.)
+		seen := map[netip.Addr]bool{}
+		for _, a := range sess.Cluster.OwnAddrs() {
+			if a.IP.IsGlobalUnicast() && !seen[a.IP] {
+				seen[a.IP] = true
+				who.HostIPs = append(who.HostIPs, a.IP)
+			}
+		}
+	}
+	switch req.Op {
+	case hoststep.OpCheck, hoststep.OpStart:
+		return sess.Engine.Start(ctx, who, g.Images, dry)
+	case hoststep.OpRecord:
+		return sess.Engine.Record(ctx, who, g.Images, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: ips})
+	case hoststep.OpPremigrate:
+		return sess.Engine.OpenWindow(ctx, who, req.Src, req.Dst, time.Duration(cfg.Fence.MigrationWindow))
+	case hoststep.OpPostmigrate:
+		return sess.Engine.CloseWindow(ctx, who, g.Images, req.Src, req.Dst, ips, engine.Migrated)
+	case hoststep.OpFailmigrate:
+		outcome := engine.Failed
+		if req.Host == req.Src && req.Src != req.Dst {
+			outcome = engine.FailedFromSource // dst unreachable: fence all that is not here
+		}
+		return sess.Engine.CloseWindow(ctx, who, g.Images, req.Src, req.Dst, ips, outcome)
+	}
+	return nil, fmt.Errorf("unknown op %q", req.Op)
+}
+
+// claimPool is the pool that holds the VM's claim in g's cluster.
+func claimPool(cfg *config.Config, g Group) string {
+	if cfg.Ceph.ClaimPool != "" {
+		return cfg.Ceph.ClaimPool
+	}
+	return g.Images[0].Pool
+}
+
+// mergeClaim puts res's claim into resp: the first cluster's claim, with the
+// client addresses recorded in every cluster.
+func mergeClaim(resp *hoststep.Response, res *engine.ClaimResult) {
+	if res.Claim.Host == "" {
+		return
+	}
+	if resp.Claim == nil {
+		c := res.Claim
+		c.Addrs = append([]engine.Addr(nil), c.Addrs...)
+		resp.Claim = &c
+		return
+	}
+	for _, a := range res.Claim.Addrs {
+		if !slices.Contains(resp.Claim.Addrs, a) {
+			resp.Claim.Addrs = append(resp.Claim.Addrs, a)
+		}
 	}
 }
 

@@ -1,0 +1,145 @@
+//go:build pacific
+
+// Package disks tests that every host step handles every disk of a VM: disks
+// in two real Ceph clusters, IPv6 clients, shared and read-only images,
+// the claim's location and hot-attached disks. Every test runs the real
+// host step (fencer.Do) against real clusters and real librbd clients.
+package disks
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/vmdisk"
+	"github.com/rbdfence/rbdfence/test/testenv"
+)
+
+// envOr returns the environment variable k, or def when it is unset.
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// basePort is the default test cluster's port (RBDFENCE_CEPH_PORT, 6789).
+func basePort() int {
+	p, err := strconv.Atoi(envOr("RBDFENCE_CEPH_PORT", "6789"))
+	if err != nil {
+		return 6789
+	}
+	return p
+}
+
+// secondCeph is a second, independent real cluster: RBDFENCE_CEPH2_DIR
+// (default: the default cluster's dir + "-2") and RBDFENCE_CEPH2_PORT
+// (default: the default cluster's port + 1).
+func secondCeph(t *testing.T) *testenv.Ceph {
+	t.Helper()
+	dir := envOr("RBDFENCE_CEPH2_DIR", envOr("RBDFENCE_CEPH_DIR", "/tmp/rbdfence-ceph")+"-2")
+	port := envOr("RBDFENCE_CEPH2_PORT", strconv.Itoa(basePort()+1))
+	return testenv.StartCephAt(t, dir, "", port)
+}
+
+// ipv6Ceph is a real cluster on the IPv6 loopback [::1]: RBDFENCE_CEPH6_DIR
+// (default: the default cluster's dir + "-v6") and RBDFENCE_CEPH6_PORT
+// (default: the default cluster's port + 2).
+func ipv6Ceph(t *testing.T) *testenv.Ceph {
+	t.Helper()
+	dir := envOr("RBDFENCE_CEPH6_DIR", envOr("RBDFENCE_CEPH_DIR", "/tmp/rbdfence-ceph")+"-v6")
+	port := envOr("RBDFENCE_CEPH6_PORT", strconv.Itoa(basePort()+2))
+	return testenv.StartCephAt(t, dir, "::1", port)
+}
+
+var vmSeq atomic.Int64
+
+// newVM returns a VM id no other test run uses.
+func newVM() int {
+	return int(time.Now().UnixNano()/1000%1_000_000_000) + int(vmSeq.Add(1))
+}
+
+// disk describes image spec ("pool/name") of cluster c as OpenNebula gives
+// it: the cluster's monitors, user, keyring and conf on the disk itself.
+func disk(t *testing.T, c *testenv.Ceph, id, spec string) vmdisk.Disk {
+	t.Helper()
+	pool, ns, name, err := vmdisk.ParseImage(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vmdisk.Disk{ID: id, Pool: pool, Namespace: ns, Name: name, Monitors: []string{c.Mon}, User: c.User, Keyring: c.Keyring, Conf: c.Conf}
+}
+
+// hostConfig is a host's configuration with the given own addresses (the
+// clients on them are "on this host") and its logs in a temporary dir.
+func hostConfig(t *testing.T, c *testenv.Ceph, hostAddrs ...string) *config.Config {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := config.Default()
+	cfg.Ceph = config.Ceph{Conf: c.Conf, MonHost: c.Mon, User: c.User, Keyring: c.Keyring}
+	cfg.AuditLog = filepath.Join(dir, "audit.log")
+	cfg.SpoolDir = filepath.Join(dir, "spool")
+	cfg.StateDir = filepath.Join(dir, "state")
+	cfg.HostAddresses = hostAddrs
+	cfg.Fence.Expire = config.Duration(time.Hour)
+	return cfg
+}
+
+// addr is the zombie's address as Ceph blocklists it.
+func addr(t *testing.T, z *testenv.Zombie) string {
+	t.Helper()
+	a, err := engine.ParseAddr(z.Addr)
+	if err != nil {
+		t.Fatalf("zombie address %q: %v", z.Addr, err)
+	}
+	return a.String()
+}
+
+// blocklisted fails the test unless a is in c's OSD blocklist.
+func blocklisted(t *testing.T, c *testenv.Ceph, a string) {
+	t.Helper()
+	if _, ok := c.BlocklistEntries(t)[a]; !ok {
+		t.Fatalf("%s is not in the blocklist of the cluster at %s", a, c.Mon)
+	}
+}
+
+// notBlocklisted fails the test if a is in c's OSD blocklist.
+func notBlocklisted(t *testing.T, c *testenv.Ceph, a string) {
+	t.Helper()
+	if _, ok := c.BlocklistEntries(t)[a]; ok {
+		t.Fatalf("%s was blocklisted in the cluster at %s", a, c.Mon)
+	}
+}
+
+// readClaim reads VM vm's claim object from pool of cluster c ("" if none).
+func readClaim(t *testing.T, c *testenv.Ceph, pool string, vm int) *engine.Claim {
+	t.Helper()
+	out, err := exec.Command("rados", "-c", c.AdminConf, "-p", pool, "get", engine.ClaimObject(vm), "-").Output()
+	if err != nil || len(out) == 0 {
+		return nil
+	}
+	var cl engine.Claim
+	if err := json.Unmarshal(out, &cl); err != nil {
+		t.Fatalf("claim of VM %d in %s: %v: %s", vm, pool, err, out)
+	}
+	return &cl
+}
+
+func hasAddr(as []engine.Addr, s string) bool {
+	for _, a := range as {
+		if a.String() == s {
+			return true
+		}
+	}
+	return false
+}
+
+func run() string { return fmt.Sprintf("test%d", time.Now().UnixNano()%1e9) }
