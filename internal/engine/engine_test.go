@@ -27,6 +27,17 @@ func TestParseAddr(t *testing.T) {
 		{in: "v1:10.1.2.3:6800/42", want: "10.1.2.3:6800/42", exact: true},
 		{in: "any:10.1.2.3:0/42", want: "10.1.2.3:0/42", exact: true},
 		{in: "[::1]:0/7", want: "[::1]:0/7", exact: true},
+		{in: "v1:[::1]:0/7", want: "[::1]:0/7", exact: true},
+		{in: "v2:[2001:db8::5]:6800/7", want: "[2001:db8::5]:6800/7", exact: true},
+		{in: "any:[::1]:0/7", want: "[::1]:0/7", exact: true},
+		{in: "[v2:10.1.2.3:0/42,v1:10.1.2.3:0/42]", want: "10.1.2.3:0/42", exact: true},
+		{in: "[v1:10.1.2.3:0/42]", want: "10.1.2.3:0/42", exact: true},
+		{in: "[v2:[::1]:0/9,v1:[::1]:0/9]", want: "[::1]:0/9", exact: true},
+		// An IPv4-mapped client keeps its form: the blocklist entry is this.
+		{in: "[::ffff:10.1.2.3]:0/42", want: "[::ffff:10.1.2.3]:0/42", exact: true},
+		{in: "v1:[::ffff:10.1.2.3]:0/42", want: "[::ffff:10.1.2.3]:0/42", exact: true},
+		{in: "[fe80::1%eth0]:0/42", bad: true},
+		{in: "v1:v2:10.1.2.3:0/42", bad: true},
 		{in: "10.1.2.3:0/0", want: "10.1.2.3:0/0", exact: false},
 		{in: "10.1.2.3:0", bad: true},
 		{in: "10.1.2.3/24", bad: true},
@@ -72,6 +83,15 @@ func TestFenceDecisions(t *testing.T) {
 		{name: "off host lockers only skips watcher", ip: "10.0.0.6", scope: engine.Scope{Kind: engine.ScopeOffHost, LockersOnly: true, HostIPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}},
 			decision: engine.DecideOutOfScope, action: engine.ActNone},
 		{name: "off host locker", ip: "10.0.0.6", lock: true, scope: engine.Scope{Kind: engine.ScopeOffHost, LockersOnly: true, HostIPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}},
+			decision: engine.DecideFence, action: engine.ActUnlocked, listed: true},
+		// An IPv4-mapped client is the same IP as its IPv4 form for scope
+		// and allowlist; its blocklist entry keeps the mapped form.
+		{name: "mapped client on host in scope", ip: "::ffff:10.0.0.5", scope: engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}},
+			decision: engine.DecideFence, action: engine.ActBlocklisted, listed: true},
+		{name: "mapped client off host out of scope", ip: "::ffff:10.0.0.5", scope: engine.Scope{Kind: engine.ScopeOffHost, HostIPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}},
+			decision: engine.DecideOutOfScope, action: engine.ActNone},
+		{name: "mapped client allowlisted", ip: "::ffff:10.9.1.1", lock: true, decision: engine.DecideAllowlisted, action: engine.ActNone},
+		{name: "IPv6 on host in scope", ip: "2001:db8::5", lock: true, scope: engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{netip.MustParseAddr("2001:db8::5")}},
 			decision: engine.DecideFence, action: engine.ActUnlocked, listed: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

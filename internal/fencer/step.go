@@ -141,9 +141,10 @@ func runGroup(ctx context.Context, cfg *config.Config, req *hoststep.Request, g 
 		// is on every libvirt host.)
 		seen := map[netip.Addr]bool{}
 		for _, a := range sess.Cluster.OwnAddrs() {
-			if a.IP.IsGlobalUnicast() && !seen[a.IP] {
-				seen[a.IP] = true
-				who.HostIPs = append(who.HostIPs, a.IP)
+			ip := a.IP.Unmap() // a host's identity is its IP, in either form
+			if ip.IsGlobalUnicast() && !seen[ip] {
+				seen[ip] = true
+				who.HostIPs = append(who.HostIPs, ip)
 			}
 		}
 	}

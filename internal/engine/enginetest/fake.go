@@ -6,6 +6,7 @@ package enginetest
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -61,7 +62,7 @@ func (f *Fake) Open(img engine.Image, ip string, lock bool) engine.Addr {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nextNonce++
-	a, err := engine.ParseAddr(fmt.Sprintf("%s:0/%d", ip, f.nextNonce))
+	a, err := engine.ParseAddr(fmt.Sprintf("%s/%d", netip.AddrPortFrom(netip.MustParseAddr(ip), 0), f.nextNonce))
 	if err != nil {
 		panic(err)
 	}
