@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -522,5 +523,52 @@ func TestInspectUsesImagesLister(t *testing.T) {
 	}
 	if got.Errors != 1 || !got.Images[2].Missing || len(got.Images[1].Clients) != 1 {
 		t.Fatalf("report: %+v", got)
+	}
+}
+
+// Record keeps per image only the writers of images the VM writes
+// exclusively, keeps the entries of images it is not given (a detached disk,
+// another access's disks), and stores each image's writer with the image.
+func TestRecordPerImage(t *testing.T) {
+	f := enginetest.NewFake()
+	a, b, iso, sh := img("a"), img("b"), img("iso"), img("sh")
+	iso.ReadOnly, sh.Shareable = true, true
+	for _, im := range []engine.Image{a, b, iso, sh} {
+		f.CreateImage(im)
+	}
+	e := engine.New(f, engine.Options{})
+	here := engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
+	ca, cb := f.Open(a, "10.0.0.1", true), f.Open(b, "10.0.0.1", true)
+	f.Open(iso, "10.0.0.1", false)
+	f.Open(sh, "10.0.0.1", true)
+	f.Open(a, "10.0.0.2", false) // not on this host
+	w := who("hostA", 3, engine.SourceFrontend)
+	if _, err := e.Record(ctx, w, []engine.Image{a, b, iso, sh}, here); err != nil {
+		t.Fatal(err)
+	}
+	// b is detached: a record of the remaining disks keeps b's writer.
+	res, err := e.Record(ctx, w, []engine.Image{a, iso}, here)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := res.Claim
+	want := map[string][]engine.Addr{"one/a": {ca}, "one/b": {cb}}
+	if len(cl.Images) != len(want) || len(cl.Images["one/a"]) != 1 || cl.Images["one/a"][0] != ca || len(cl.Images["one/b"]) != 1 || cl.Images["one/b"][0] != cb {
+		t.Fatalf("per image: %v, want %v", cl.Images, want)
+	}
+	if len(cl.Addrs) != 2 || !slices.Contains(cl.Addrs, ca) || !slices.Contains(cl.Addrs, cb) {
+		t.Fatalf("addrs: %v, want %v and %v", cl.Addrs, ca, cb)
+	}
+	for _, tc := range []struct {
+		im   engine.Image
+		want []engine.Addr
+	}{{a, []engine.Addr{ca}}, {b, []engine.Addr{cb}}, {iso, nil}, {sh, nil}} {
+		rec, err := e.ReadImageRecord(ctx, tc.im)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (rec == nil) != (tc.want == nil) || (rec != nil && (rec.VM != 42 || !slices.Equal(rec.Addrs, tc.want))) {
+			t.Fatalf("%s: image record %+v, want %v", tc.im, rec, tc.want)
+		}
 	}
 }
