@@ -133,7 +133,13 @@ func runGroup(ctx context.Context, cfg *config.Config, req *hoststep.Request, g 
 		return nil, err
 	}
 	defer sess.Close()
-	who.Pool = claimPool(cfg, g)
+	who.Pool = ClaimPool(cfg)
+	if cfg.Ceph.ClaimPool == "" && req.Op != hoststep.OpCheck && !dry {
+		// Upgrade: the claim moves from the first disk's pool once.
+		if _, err := sess.Engine.MoveClaim(ctx, who, legacyPools(g)); err != nil {
+			return nil, err
+		}
+	}
 	if !req.Local {
 		// This step runs on req.Host: the address Ceph sees for its clients
 		// identifies the host in the claim, whatever name OpenNebula or
@@ -167,12 +173,25 @@ func runGroup(ctx context.Context, cfg *config.Config, req *hoststep.Request, g 
 	return nil, fmt.Errorf("unknown op %q", req.Op)
 }
 
-// claimPool is the pool that holds the VM's claim in g's cluster.
-func claimPool(cfg *config.Config, g Group) string {
+// ClaimPool is the pool that holds a VM's claim in each cluster of its
+// disks: ceph.claim_pool, or engine.DefaultClaimPool. It does not depend on
+// the VM's disks, so the claim stays where it is when disks are attached,
+// detached or reordered.
+func ClaimPool(cfg *config.Config) string {
 	if cfg.Ceph.ClaimPool != "" {
 		return cfg.Ceph.ClaimPool
 	}
-	return g.Images[0].Pool
+	return engine.DefaultClaimPool
+}
+
+// legacyPools are the pools where older versions kept the claim of a VM
+// with disks g: the first disk's pool (of any group: they read one claim).
+func legacyPools(g Group) []string {
+	var out []string
+	for _, im := range g.Images {
+		out = append(out, im.Pool)
+	}
+	return out
 }
 
 // mergeClaim puts res's claim into resp: the first cluster's claim, with the

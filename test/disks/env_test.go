@@ -7,6 +7,7 @@
 package disks
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -143,3 +144,24 @@ func hasAddr(as []engine.Addr, s string) bool {
 }
 
 func run() string { return fmt.Sprintf("test%d", time.Now().UnixNano()%1e9) }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// putObject writes v as JSON into pool/oid of cluster c (as client.admin).
+func putObject(t *testing.T, c *testenv.Ceph, pool, oid string, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "obj")
+	if err := os.WriteFile(f, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.Admin(t, "rados", "-p", pool, "put", oid, f)
+	t.Cleanup(func() { _ = exec.Command("rados", "-c", c.AdminConf, "-p", pool, "rm", oid).Run() })
+}

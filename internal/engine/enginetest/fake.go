@@ -251,3 +251,14 @@ func (f *Fake) WriteObject(ctx context.Context, pool, oid string, data []byte, v
 	o.version++
 	return nil
 }
+
+// ClearObject implements engine.Cluster.
+func (f *Fake) ClearObject(ctx context.Context, pool, oid string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if o := f.obj(pool, oid, false); o != nil {
+		o.data = nil
+		o.version++
+	}
+	return nil
+}
