@@ -62,7 +62,7 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 	// A start with disks in several clusters (or reached with several Ceph
 	// accesses) first checks every claim, so that a refusal in one cluster
 	// fences nothing in another.
-	if req.Op == hoststep.OpStart && len(groups) > 1 {
+	if (req.Op == hoststep.OpStart || req.Op == hoststep.OpAttach) && len(groups) > 1 {
 		for _, g := range groups {
 			if _, err := runGroup(ctx, cfg, req, g, base, opts, ips, true); err != nil {
 				return fail(err)
@@ -154,6 +154,10 @@ func runGroup(ctx context.Context, cfg *config.Config, req *hoststep.Request, g 
 			}
 		}
 	}
+	switch {
+	case dry && req.Op == hoststep.OpAttach:
+		return sess.Engine.CheckAttach(ctx, who, g.Images)
+	}
 	switch req.Op {
 	case hoststep.OpCheck, hoststep.OpStart:
 		return sess.Engine.Start(ctx, who, g.Images, dry)
@@ -169,6 +173,8 @@ func runGroup(ctx context.Context, cfg *config.Config, req *hoststep.Request, g 
 			outcome = engine.FailedFromSource // dst unreachable: fence all that is not here
 		}
 		return sess.Engine.CloseWindow(ctx, who, g.Images, req.Src, req.Dst, ips, outcome)
+	case hoststep.OpAttach:
+		return sess.Engine.Attach(ctx, who, g.Images)
 	}
 	return nil, fmt.Errorf("unknown op %q", req.Op)
 }

@@ -68,3 +68,26 @@ func TestRecordedWriterFollowsImage(t *testing.T) {
 		t.Fatalf("start of VM %d reported recorded %+v, want Y's writer %s", x, st.Report.Recorded, yAddr)
 	}
 }
+
+// A detached disk's recorded writer is not lost: after a record of the
+// remaining disks (the disk detached), a start elsewhere still fences the
+// detached disk's last writer, which may still run on a cut-off host.
+func TestDetachedDiskKeepsRecord(t *testing.T) {
+	c := testenv.StartCeph(t)
+	a, b := c.NewImage(t, "keep-a"), c.NewImage(t, "keep-b")
+	da, db := disk(t, c, "0", a), disk(t, c, "1", b)
+	za := testenv.StartZombie(t, c, a, "write")
+	zb := testenv.StartZombie(t, c, b, "write")
+	za.WaitWrite(t, true, 10*time.Second)
+	vm := newVM()
+	here := hostConfig(t, c, "127.0.0.1")
+	step(t, here, &hoststep.Request{Op: hoststep.OpRecord, VM: vm, Seq: 1, Host: "h1", Run: run(), Source: "frontend", Disks: []vmdisk.Disk{da, db}})
+	// b is detached; a record of the VM's remaining disk follows.
+	bAddr := addr(t, zb)
+	zb.Stop()
+	step(t, here, &hoststep.Request{Op: hoststep.OpRecord, VM: vm, Seq: 1, Host: "h1", Run: run(), Source: "frontend", Disks: []vmdisk.Disk{da}})
+	there := hostConfig(t, c, "192.0.2.12")
+	step(t, there, &hoststep.Request{Op: hoststep.OpStart, VM: vm, Seq: 2, Host: "h2", Run: run(), Source: "frontend", Disks: []vmdisk.Disk{da}})
+	blocklisted(t, c, addr(t, za))
+	blocklisted(t, c, bAddr)
+}
