@@ -11,9 +11,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/opennebula"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
 
@@ -40,19 +42,19 @@ type AttachArgs struct {
 func ParseAttachArgs(args []string) (AttachArgs, error) {
 	const usage = "usage: attach-rbdfence <deploy_id> <disk_target_path> <target> <target_index> <drv_message> <vmid> <host> (base64 driver action XML on stdin), as oned runs a local attach_disk action"
 	if len(args) != 7 {
-		return AttachArgs{}, errorf(KindUsage, -1, "wrong number of arguments (%d); %s", len(args), usage)
+		return AttachArgs{}, errorf(outcome.Usage, -1, "wrong number of arguments (%d); %s", len(args), usage)
 	}
 	a := AttachArgs{DeployID: args[0], TargetPath: args[1], Target: args[2], TargetIndex: args[3], DrvMessage: args[4], Host: args[6], Raw: args}
 	vm, err := parseVMID(args[5])
 	if err != nil {
-		return a, errorf(KindUsage, -1, "%v; %s", err, usage)
+		return a, errorf(outcome.Usage, -1, "%v; %s", err, usage)
 	}
 	a.VM = vm
 	if err := checkHost("host", a.Host); err != nil {
-		return a, errorf(KindUsage, vm, "%v; %s", err, usage)
+		return a, errorf(outcome.Usage, vm, "%v; %s", err, usage)
 	}
 	if a.Target == "" {
-		return a, errorf(KindUsage, vm, "no disk target; %s", usage)
+		return a, errorf(outcome.Usage, vm, "no disk target; %s", usage)
 	}
 	return a, nil
 }
@@ -134,13 +136,13 @@ func Attach(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 	}
 	msg, err := DecodeBase64("driver action XML", raw)
 	if err != nil {
-		return errorf(KindUsage, a.VM, "VM %d: %v; nothing was attached", a.VM, err)
+		return errorf(outcome.Usage, a.VM, "VM %d: %v; nothing was attached", a.VM, err)
 	}
 	disks, vm, err := attachedDisks(msg, a.VM)
 	if err != nil {
-		return errorf(KindUsage, a.VM, "VM %d: %v; nothing was attached", a.VM, err)
+		return errorf(outcome.Usage, a.VM, "VM %d: %v; nothing was attached", a.VM, err)
 	}
-	run := NewRunID()
+	run := audit.NewRunID()
 	checked := false
 	if len(disks) > 0 {
 		checked, err = e.checkAttach(ctx, a, vm, disks, run)
@@ -154,7 +156,7 @@ func Attach(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 	script := path.Join(e.Cfg.OpenNebula.RemoteDir, "vmm/kvm/attach_disk")
 	code, err := e.remoteAction(ctx, a.Host, append([]string{script}, a.Raw...), msg, e.Stdout, e.Stderr)
 	if err != nil {
-		return errorf(KindFailure, a.VM, "VM %d: remote attach_disk on %s: %v", a.VM, a.Host, err)
+		return errorf(outcome.Failure, a.VM, "VM %d: remote attach_disk on %s: %v", a.VM, a.Host, err)
 	}
 	if code != 0 {
 		return &ExitError{What: "remote attach_disk on " + a.Host, Code: code}
@@ -214,9 +216,9 @@ func (e *Env) checkAttach(ctx context.Context, a AttachArgs, vm *opennebula.VMIn
 	}
 	e.record(resp, "attach", e.local(anywhere))
 	if !resp.OK {
-		kind := kindOf(resp.Kind)
+		kind := resp.Kind
 		msg := fmt.Sprintf("VM %d: hot-attach of disk %s on %s refused by rbdfence: %s", a.VM, a.Target, a.Host, resp.Error)
-		if kind == KindUnavailable || kind == KindUsage {
+		if kind == outcome.Unavailable || kind == outcome.Usage {
 			msg = fmt.Sprintf("VM %d: rbdfence cannot check the hot-attach of disk %s on %s: %s", a.VM, a.Target, a.Host, resp.Error)
 			if _, ferr := e.failOpen(&StartResult{}, errorf(kind, a.VM, "%s", msg)); ferr == nil {
 				return false, nil

@@ -46,8 +46,9 @@ const (
 
 // Version is the host-step protocol version this code speaks. 1: the JSON
 // of rbdfence before versions (strict: unknown fields rejected); 2: the
-// version field, unknown fields ignored.
-const Version = 2
+// version field, unknown fields ignored; 3: the step "attach" (a version 2
+// host refuses it with the fix, see Validate).
+const Version = 3
 
 // minVersion is the oldest peer version this code still works with.
 const minVersion = 1

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,33 +31,20 @@ func envOr(k, def string) string {
 	return def
 }
 
-// basePort is the default test cluster's port (RBDFENCE_CEPH_PORT, 6789).
-func basePort() int {
-	p, err := strconv.Atoi(envOr("RBDFENCE_CEPH_PORT", "6789"))
-	if err != nil {
-		return 6789
-	}
-	return p
-}
-
 // secondCeph is a second, independent real cluster: RBDFENCE_CEPH2_DIR
-// (default: the default cluster's dir + "-2") and RBDFENCE_CEPH2_PORT
-// (default: the default cluster's port + 1).
+// (default: ceph-2 under the test root) and RBDFENCE_CEPH2_PORT (default
+// 16792, in the test port range).
 func secondCeph(t *testing.T) *testenv.Ceph {
 	t.Helper()
-	dir := envOr("RBDFENCE_CEPH2_DIR", envOr("RBDFENCE_CEPH_DIR", "/tmp/rbdfence-ceph")+"-2")
-	port := envOr("RBDFENCE_CEPH2_PORT", strconv.Itoa(basePort()+1))
-	return testenv.StartCephAt(t, dir, "", port)
+	return testenv.StartCephAt(t, envOr("RBDFENCE_CEPH2_DIR", testenv.Dir("ceph-2")), "", envOr("RBDFENCE_CEPH2_PORT", "16792"))
 }
 
 // ipv6Ceph is a real cluster on the IPv6 loopback [::1]: RBDFENCE_CEPH6_DIR
-// (default: the default cluster's dir + "-v6") and RBDFENCE_CEPH6_PORT
-// (default: the default cluster's port + 2).
+// (default: ceph-v6 under the test root) and RBDFENCE_CEPH6_PORT (default
+// 16793).
 func ipv6Ceph(t *testing.T) *testenv.Ceph {
 	t.Helper()
-	dir := envOr("RBDFENCE_CEPH6_DIR", envOr("RBDFENCE_CEPH_DIR", "/tmp/rbdfence-ceph")+"-v6")
-	port := envOr("RBDFENCE_CEPH6_PORT", strconv.Itoa(basePort()+2))
-	return testenv.StartCephAt(t, dir, "::1", port)
+	return testenv.StartCephAt(t, envOr("RBDFENCE_CEPH6_DIR", testenv.Dir("ceph-v6")), "::1", envOr("RBDFENCE_CEPH6_PORT", "16793"))
 }
 
 var vmSeq atomic.Int64

@@ -12,6 +12,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/fencer"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 	"github.com/rbdfence/rbdfence/test/testenv"
 )
@@ -53,7 +54,7 @@ func TestClaimStaysWhenDisksReorder(t *testing.T) {
 	step(t, h1, &hoststep.Request{Op: hoststep.OpRecord, VM: vm, Seq: 3, Host: "h1", Run: run(), Source: "frontend", Disks: []vmdisk.Disk{x, o}})
 	h2 := hostConfig(t, c, "192.0.2.10")
 	resp := fencer.Do(ctxT(t), h2, &hoststep.Request{Op: hoststep.OpStart, VM: vm, Seq: 3, Host: "h2", Run: run(), Source: "frontend", Disks: []vmdisk.Disk{o, x}})
-	if resp.OK || resp.Kind != hoststep.KindRefused {
+	if resp.OK || resp.Kind != outcome.Refused {
 		t.Fatalf("the same deploy on another host with the disks reordered was not refused: ok=%v kind=%s error=%s", resp.OK, resp.Kind, resp.Error)
 	}
 	notBlocklisted(t, c, addr(t, z))
@@ -73,7 +74,7 @@ func TestLegacyClaimMoved(t *testing.T) {
 
 	h2 := hostConfig(t, c, "192.0.2.11")
 	resp := fencer.Do(ctxT(t), h2, &hoststep.Request{Op: hoststep.OpStart, VM: vm, Seq: 4, Host: "h2", Run: run(), Source: "frontend", Disks: []vmdisk.Disk{x}})
-	if resp.OK || resp.Kind != hoststep.KindRefused || !strings.Contains(resp.Error, "#5") {
+	if resp.OK || resp.Kind != outcome.Refused || !strings.Contains(resp.Error, "#5") {
 		t.Fatalf("an older deploy than the moved claim's was not refused: ok=%v kind=%s error=%s", resp.OK, resp.Kind, resp.Error)
 	}
 	cl := readClaim(t, c, engine.DefaultClaimPool, vm)
