@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 )
 
@@ -144,19 +145,30 @@ func (e *Engine) recordedFor(ctx context.Context, prev *Claim, imgs []Image) ([]
 	if prev != nil {
 		out = append(out, prev.Addrs...)
 	}
-	for _, img := range imgs {
+	// One read per image, at most Concurrency at once (a start's latency).
+	recs := make([]*ImageRecord, len(imgs))
+	errs := make([]error, len(imgs))
+	sem := make(chan struct{}, e.o.Concurrency)
+	var wg sync.WaitGroup
+	for i, img := range imgs {
 		if !img.exclusive() {
 			continue
 		}
-		rec, err := e.ReadImageRecord(ctx, img)
-		if errors.Is(err, ErrImageNotFound) {
-			continue
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			recs[i], errs[i] = e.ReadImageRecord(ctx, img)
+		}()
+	}
+	wg.Wait()
+	for i, img := range imgs {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("%s: cannot read its recorded writer: %w", img, errs[i])
 		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: cannot read its recorded writer: %w", img, err)
-		}
-		if rec != nil {
-			for _, a := range rec.Addrs {
+		if recs[i] != nil {
+			for _, a := range recs[i].Addrs {
 				out = appendUnique(out, a)
 			}
 		}
