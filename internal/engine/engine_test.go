@@ -572,3 +572,54 @@ func TestRecordPerImage(t *testing.T) {
 		}
 	}
 }
+
+// MoveClaim moves the newest legacy claim (the first disk's pool of an
+// older version) to the claim pool once, empties the legacy copies, and
+// leaves a claim already in place alone.
+func TestMoveClaim(t *testing.T) {
+	put := func(f *enginetest.Fake, pool string, c engine.Claim) {
+		w := who("old", c.Seq, engine.SourceFrontend)
+		w.Pool = pool
+		if err := engine.New(f, engine.Options{}).WriteClaim(ctx, w, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		legacy   map[string]int // pool -> seq of a legacy claim
+		inPlace  int            // seq of a claim already in pool one (0: none)
+		wantFrom string
+		wantSeq  int
+	}{
+		{name: "nothing anywhere", wantSeq: -1},
+		{name: "one legacy claim", legacy: map[string]int{"ssd": 4}, wantFrom: "ssd", wantSeq: 4},
+		{name: "the newest of two", legacy: map[string]int{"ssd": 4, "hdd": 6}, wantFrom: "hdd", wantSeq: 6},
+		{name: "already in place", legacy: map[string]int{"ssd": 9}, inPlace: 5, wantSeq: 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := enginetest.NewFake()
+			for p, seq := range tc.legacy {
+				put(f, p, engine.Claim{Seq: seq, Host: "h-" + p, State: engine.StateRunning})
+			}
+			if tc.inPlace > 0 {
+				put(f, "one", engine.Claim{Seq: tc.inPlace, Host: "here", State: engine.StateRunning})
+			}
+			e := engine.New(f, engine.Options{})
+			from, err := e.MoveClaim(ctx, who("h", 1, engine.SourceFrontend), []string{"ssd", "hdd", "one"})
+			if err != nil || from != tc.wantFrom {
+				t.Fatalf("moved from %q (%v), want %q", from, err, tc.wantFrom)
+			}
+			cl, _ := e.ReadClaim(ctx, "one", 42)
+			if (cl == nil && tc.wantSeq >= 0) || (cl != nil && cl.Seq != tc.wantSeq) {
+				t.Fatalf("claim in pool one: %+v, want seq %d", cl, tc.wantSeq)
+			}
+			if tc.wantFrom != "" {
+				for p := range tc.legacy {
+					if old, _ := e.ReadClaim(ctx, p, 42); old != nil {
+						t.Fatalf("legacy copy in %s not emptied: %+v", p, old)
+					}
+				}
+			}
+		})
+	}
+}
