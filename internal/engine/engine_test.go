@@ -623,3 +623,32 @@ func TestMoveClaim(t *testing.T) {
 		})
 	}
 }
+
+// A claim of an older version (addresses, no images): a record of some disks
+// keeps the old addresses it does not see now (a hot-attach after an
+// upgrade must not drop the running instance's other clients) and drops
+// those it sees (re-recorded per image, or another VM's shared client).
+func TestRecordKeepsLegacyAddrs(t *testing.T) {
+	f := enginetest.NewFake()
+	a, iso := img("a"), img("iso")
+	iso.ReadOnly = true
+	f.CreateImage(a)
+	f.CreateImage(iso)
+	e := engine.New(f, engine.Options{})
+	here := engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
+	other := f.Open(iso, "10.0.0.1", false) // another VM's CD-ROM client
+	gone, _ := engine.ParseAddr("10.0.0.1:0/777")
+	w := who("hostA", 3, engine.SourceFrontend)
+	if err := e.WriteClaim(ctx, w, engine.Claim{Seq: 3, Host: "hostA", State: engine.StateRunning, Addrs: []engine.Addr{gone, other}}); err != nil {
+		t.Fatal(err)
+	}
+	mine := f.Open(a, "10.0.0.1", true)
+	res, err := e.Record(ctx, w, []engine.Image{a, iso}, here)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := res.Claim
+	if !slices.Equal(cl.Images[engine.LegacyImage], []engine.Addr{gone}) || !slices.Equal(cl.Images["one/a"], []engine.Addr{mine}) || len(cl.Addrs) != 2 || slices.Contains(cl.Addrs, other) {
+		t.Fatalf("claim after record: images %v addrs %v; want legacy [%v], one/a [%v], not %v", cl.Images, cl.Addrs, gone, mine, other)
+	}
+}

@@ -36,6 +36,10 @@ type ImageRecord struct {
 // clients on this host may be other VMs'.
 func (i Image) exclusive() bool { return !i.Shareable && !i.ReadOnly }
 
+// LegacyImage is the Claim.Images key of addresses an older version
+// recorded without their image.
+const LegacyImage = "?"
+
 // recordImages sets next's per-image addresses from r (an inspection of imgs
 // on the instance's host, in scope): for every image the VM writes
 // exclusively, its watchers in scope. Entries of images not in imgs (a
@@ -46,6 +50,22 @@ func recordImages(next, prev *Claim, r *Report, scope Scope) {
 	if prev != nil {
 		for k, v := range prev.Images {
 			next.Images[k] = v
+		}
+		if prev.Images == nil && len(prev.Addrs) > 0 {
+			// A claim of an older version: its addresses are not per image.
+			// Those visible now are re-recorded below (or were another VM's
+			// clients of a shared image); the others are kept, image unknown.
+			visible := map[Addr]bool{}
+			for _, im := range r.Images {
+				for _, c := range im.Clients {
+					visible[c.addr] = true
+				}
+			}
+			for _, a := range prev.Addrs {
+				if !visible[a] {
+					next.Images[LegacyImage] = appendUnique(next.Images[LegacyImage], a)
+				}
+			}
 		}
 	}
 	for _, im := range r.Images {
