@@ -30,8 +30,8 @@ func newTwoClusterVM(t *testing.T) *twoClusterVM {
 	v.disks = []vmdisk.Disk{disk(t, v.c1, "0", a), disk(t, v.c2, "1", b)}
 	v.za = testenv.StartZombie(t, v.c1, a, "write")
 	v.zb = testenv.StartZombie(t, v.c2, b, "write")
-	v.za.WaitWrite(t, true, 10*time.Second)
-	v.zb.WaitWrite(t, true, 10*time.Second)
+	v.za.WaitWrite(t, true, 30*time.Second)
+	v.zb.WaitWrite(t, true, 30*time.Second)
 	return v
 }
 
@@ -55,7 +55,7 @@ func TestFailmigrateFencesEveryCluster(t *testing.T) {
 		Run: run(), Source: "frontend", Disks: v.disks})
 	blocklisted(t, v.c1, addr(t, v.za))
 	blocklisted(t, v.c2, addr(t, v.zb))
-	v.zb.WaitWrite(t, false, 20*time.Second)
+	v.zb.WaitWrite(t, false, 30*time.Second)
 }
 
 // A live migration that succeeded: postmigrate on dst fences the source's
@@ -67,7 +67,7 @@ func TestPostmigrateFencesEveryCluster(t *testing.T) {
 		Run: run(), Source: "frontend", Disks: v.disks})
 	blocklisted(t, v.c1, addr(t, v.za))
 	blocklisted(t, v.c2, addr(t, v.zb))
-	v.zb.WaitWrite(t, false, 20*time.Second)
+	v.zb.WaitWrite(t, false, 30*time.Second)
 }
 
 // record keeps the instance's clients in both clusters: a later start on

@@ -25,7 +25,7 @@ func TestIPv6ClientsFoundRecordedFenced(t *testing.T) {
 	disks := []vmdisk.Disk{disk(t, c, "0", a), disk(t, c, "1", b)}
 	za := testenv.StartZombie(t, c, a, "write")
 	zb := testenv.StartZombie(t, c, b, "idle")
-	za.WaitWrite(t, true, 10*time.Second)
+	za.WaitWrite(t, true, 30*time.Second)
 	if !strings.Contains(za.Addr, "[::1]") || !strings.Contains(zb.Addr, "[::1]") {
 		t.Fatalf("the clients are not IPv6: %s, %s", za.Addr, zb.Addr)
 	}
@@ -57,5 +57,5 @@ func TestIPv6ClientsFoundRecordedFenced(t *testing.T) {
 	}
 	blocklisted(t, c, addr(t, za))
 	blocklisted(t, c, bAddr)
-	za.WaitWrite(t, false, 20*time.Second)
+	za.WaitWrite(t, false, 30*time.Second)
 }

@@ -48,7 +48,7 @@ func TestClaimStaysWhenDisksReorder(t *testing.T) {
 	o := adminDisk(c, "1", c.NewImage(t, "loc"))
 	vm := newVM()
 	z := testenv.StartZombie(t, c, o.Pool+"/"+o.Name, "write")
-	z.WaitWrite(t, true, 10*time.Second)
+	z.WaitWrite(t, true, 30*time.Second)
 	h1 := hostConfig(t, c, "127.0.0.1")
 	step(t, h1, &hoststep.Request{Op: hoststep.OpStart, VM: vm, Seq: 3, Host: "h1", Run: run(), Source: "frontend", Disks: []vmdisk.Disk{x}})
 	step(t, h1, &hoststep.Request{Op: hoststep.OpRecord, VM: vm, Seq: 3, Host: "h1", Run: run(), Source: "frontend", Disks: []vmdisk.Disk{x, o}})

@@ -27,7 +27,7 @@ func TestRecordOnlyOwnWriters(t *testing.T) {
 	mine := testenv.StartZombie(t, c, own, "write")
 	otherISO := testenv.StartZombie(t, c, iso, "idle")       // another VM's CD-ROM: QEMU opens it read-write
 	otherShared := testenv.StartZombie(t, c, shared, "idle") // another VM's shareable disk
-	mine.WaitWrite(t, true, 10*time.Second)
+	mine.WaitWrite(t, true, 30*time.Second)
 
 	vm := newVM()
 	here := hostConfig(t, c, "127.0.0.1")
@@ -55,7 +55,7 @@ func TestRecordedWriterFollowsImage(t *testing.T) {
 	p := c.NewImage(t, "persistent")
 	y, x := newVM(), newVM()
 	zy := testenv.StartZombie(t, c, p, "write")
-	zy.WaitWrite(t, true, 10*time.Second)
+	zy.WaitWrite(t, true, 30*time.Second)
 	hostY := hostConfig(t, c, "127.0.0.1")
 	step(t, hostY, &hoststep.Request{Op: hoststep.OpRecord, VM: y, Seq: 1, Host: "hy", Run: run(), Source: "frontend", Disks: []vmdisk.Disk{disk(t, c, "0", p)}})
 	yAddr := addr(t, zy)
@@ -78,7 +78,7 @@ func TestDetachedDiskKeepsRecord(t *testing.T) {
 	da, db := disk(t, c, "0", a), disk(t, c, "1", b)
 	za := testenv.StartZombie(t, c, a, "write")
 	zb := testenv.StartZombie(t, c, b, "write")
-	za.WaitWrite(t, true, 10*time.Second)
+	za.WaitWrite(t, true, 30*time.Second)
 	vm := newVM()
 	here := hostConfig(t, c, "127.0.0.1")
 	step(t, here, &hoststep.Request{Op: hoststep.OpRecord, VM: vm, Seq: 1, Host: "h1", Run: run(), Source: "frontend", Disks: []vmdisk.Disk{da, db}})
