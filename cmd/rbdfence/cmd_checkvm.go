@@ -130,10 +130,7 @@ func checkVM(ctx context.Context, cfg *config.Config, vm *opennebula.VMInfo) vmC
 		return r
 	}
 	defer s.Close()
-	pool := cfg.Ceph.ClaimPool
-	if pool == "" {
-		pool = groups[0].Images[0].Pool
-	}
+	pool := fencer.ClaimPool(cfg)
 	var res *engine.ClaimResult
 	if r.Running {
 		res, err = s.Engine.CheckRunning(ctx, pool, vm.ID, groups[0].Images)

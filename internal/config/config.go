@@ -60,8 +60,8 @@ type Ceph struct {
 	MonHost string `yaml:"mon_host"`
 	User    string `yaml:"user"`
 	Keyring string `yaml:"keyring"`
-	// ClaimPool overrides the pool that holds VM claim objects (default: the
-	// pool of the VM's first RBD disk).
+	// ClaimPool overrides the pool that holds VM claim objects in each
+	// cluster of a VM's disks (default: "one", engine.DefaultClaimPool).
 	ClaimPool string `yaml:"claim_pool"`
 }
 

@@ -16,12 +16,24 @@ type Addr struct {
 	Nonce uint32
 }
 
-// ParseAddr parses "ip:port/nonce" as Ceph prints entity addresses, with an
-// optional messenger prefix ("v1:", "v2:", "any:") and IPv6 in brackets.
+// ParseAddr parses one client address as Ceph prints it: "ip:port/nonce"
+// with an optional messenger prefix ("v1:", "v2:", "any:"), IPv6 in
+// brackets ("[::1]:0/7", "v2:[::1]:0/7"), or an address vector in brackets
+// ("[v2:10.0.0.1:0/7,v1:10.0.0.1:0/7]": its first address; the entries of
+// one vector name the same client instance). The IP is kept exactly as
+// printed: an IPv4-mapped IPv6 address stays one, because the OSD blocklist
+// matches the address family too (compare IPs with Unmap, see Scope).
 func ParseAddr(s string) (Addr, error) {
 	raw := s
+	if strings.HasSuffix(s, "]") && (strings.HasPrefix(s, "[v1:") || strings.HasPrefix(s, "[v2:") || strings.HasPrefix(s, "[any:")) {
+		// an address vector (a bracketed IPv6 address never starts so)
+		s, _, _ = strings.Cut(s[1:len(s)-1], ",")
+	}
 	for _, p := range []string{"v1:", "v2:", "any:"} {
-		s = strings.TrimPrefix(s, p)
+		if strings.HasPrefix(s, p) {
+			s = s[len(p):]
+			break
+		}
 	}
 	slash := strings.LastIndexByte(s, '/')
 	if slash < 0 {
@@ -32,11 +44,15 @@ func ParseAddr(s string) (Addr, error) {
 		return Addr{}, fmt.Errorf("client address %q: bad nonce: want IP:PORT/NONCE", raw)
 	}
 	ap, err := netip.ParseAddrPort(s[:slash])
-	if err != nil {
+	if err != nil || ap.Addr().Zone() != "" {
 		return Addr{}, fmt.Errorf("client address %q: want IP:PORT/NONCE", raw)
 	}
-	return Addr{IP: ap.Addr().Unmap(), Port: ap.Port(), Nonce: uint32(nonce)}, nil
+	return Addr{IP: ap.Addr(), Port: ap.Port(), Nonce: uint32(nonce)}, nil
 }
+
+// SameIP reports whether ip is the address of a's client, an IPv4 address
+// and its IPv4-mapped IPv6 form being the same.
+func (a Addr) SameIP(ip netip.Addr) bool { return a.IP.Unmap() == ip.Unmap() }
 
 // String formats the address the way "ceph osd blocklist add" takes it.
 func (a Addr) String() string {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -33,10 +32,15 @@ type Claim struct {
 	State string `json:"state"`
 	// Addrs are the client addresses of the admitted instance, recorded after it
 	// started; the next start elsewhere blocklists them even if not visible.
-	Addrs   []Addr    `json:"addrs,omitempty"`
-	Window  *Window   `json:"window,omitempty"`
-	Run     string    `json:"run"`
-	Updated time.Time `json:"updated"`
+	Addrs []Addr `json:"addrs,omitempty"`
+	// Images are the recorded addresses per image ("pool/name"), for the
+	// images the instance writes exclusively (not shareable, not
+	// read-only); Addrs is their union. A disk's entry stays when it is
+	// detached or recorded through another Ceph access.
+	Images  map[string][]Addr `json:"images,omitempty"`
+	Window  *Window           `json:"window,omitempty"`
+	Run     string            `json:"run"`
+	Updated time.Time         `json:"updated"`
 }
 
 // Window is an open live-migration handover: starts on Dst do not fence.
@@ -252,11 +256,11 @@ func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*
 			res.Handover = true
 			res.Report = e.handover(ctx, imgs)
 			next.Window, next.State = prev.Window, StateMigrating
-			next.Addrs = prev.Addrs
+			next.Addrs, next.Images = prev.Addrs, prev.Images
 		} else {
-			var extra []Addr
-			if prev != nil {
-				extra = prev.Addrs
+			extra, err := e.recordedFor(ctx, prev, imgs)
+			if err != nil {
+				return nil, err
 			}
 			res.Report = e.Fence(ctx, imgs, Scope{}, extra)
 			if err := res.Report.Err(); err != nil {
@@ -293,14 +297,18 @@ func (e *Engine) checkStart(ctx context.Context, w Who, imgs []Image) (*ClaimRes
 		return res, nil
 	}
 	res.Report = e.Check(ctx, imgs, Scope{})
-	if prev != nil {
+	extra, err := e.recordedFor(ctx, prev, imgs)
+	if err != nil {
+		return res, err
+	}
+	if len(extra) > 0 {
 		visible := map[string]bool{}
 		for _, im := range res.Report.Images {
 			for _, c := range im.Clients {
 				visible[c.Address] = true
 			}
 		}
-		for _, a := range prev.Addrs {
+		for _, a := range extra {
 			if !visible[a.String()] && a.Exact() && !e.allowed(a) {
 				res.Report.Recorded = append(res.Report.Recorded, ClientReport{Address: a.String(), addr: a, Decision: DecideRecorded, Action: ActWouldFence})
 			}
@@ -309,8 +317,10 @@ func (e *Engine) checkStart(ctx context.Context, w Who, imgs []Image) (*ClaimRes
 	return res, nil
 }
 
-// Record stores the client addresses of the instance that now runs on w.Host
-// (the watchers of its images whose IP is in scope), marking the claim running.
+// Record stores the client addresses of the instance that now runs on w.Host,
+// marking the claim running: per image, the watchers in scope of each image
+// the VM writes exclusively (never a shareable or read-only image's, which
+// may be other VMs' clients), in the claim and with the image itself.
 func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (*ClaimResult, error) {
 	res := &ClaimResult{}
 	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
@@ -334,21 +344,15 @@ func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (
 				next.Source = SourceFrontend
 			}
 		}
-		seen := map[Addr]bool{}
-		for _, im := range r.Images {
-			for _, c := range im.Clients {
-				if c.Watcher && scope.covers(c) && !seen[c.addr] {
-					seen[c.addr] = true
-					next.Addrs = append(next.Addrs, c.addr)
-				}
-			}
-		}
-		sort.Slice(next.Addrs, func(i, j int) bool { return next.Addrs[i].String() < next.Addrs[j].String() })
+		recordImages(next, prev, r, scope)
 		w.mark(next)
 		return next, nil
 	})
 	if written != nil {
 		res.Claim = *written
+		if err == nil {
+			err = e.writeImageRecords(ctx, w, written, imgs)
+		}
 	}
 	return res, err
 }
@@ -417,7 +421,7 @@ func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst 
 			next.Host = src
 		}
 		if outcome != Migrated && prev != nil {
-			next.Addrs = prev.Addrs
+			next.Addrs, next.Images = prev.Addrs, prev.Images
 			if strings.EqualFold(prev.Host, src) {
 				next.HostAddrs = prev.HostAddrs
 			}
@@ -427,20 +431,22 @@ func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst 
 			return nil, err
 		}
 		if outcome == Migrated {
-			rec := e.inspect(ctx, imgs, Scope{Kind: ScopeOnHost, HostIPs: scope.HostIPs}, false)
-			for _, im := range rec.Images {
-				for _, c := range im.Clients {
-					if c.Watcher && c.Decision == DecideFence {
-						next.Addrs = appendUnique(next.Addrs, c.addr)
-					}
-				}
+			here := Scope{Kind: ScopeOnHost, HostIPs: scope.HostIPs}
+			var kept *Claim
+			if prev != nil {
+				// another access's disks of this VM keep their entries
+				kept = &Claim{Images: prev.Images}
 			}
+			recordImages(next, kept, e.inspect(ctx, imgs, here, false), here)
 		}
 		w.mark(next)
 		return next, nil
 	})
 	if written != nil {
 		res.Claim = *written
+		if err == nil && outcome == Migrated {
+			err = e.writeImageRecords(ctx, w, written, imgs)
+		}
 	}
 	return res, err
 }

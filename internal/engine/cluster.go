@@ -75,6 +75,9 @@ type Cluster interface {
 	ReadObject(ctx context.Context, pool, oid string) ([]byte, uint64, error)
 	// WriteObject replaces the object's data if its version is still version.
 	WriteObject(ctx context.Context, pool, oid string, data []byte, version uint64) error
+	// ClearObject empties the object (it reads as no data afterwards); a
+	// missing object is not an error. Callers hold its lease.
+	ClearObject(ctx context.Context, pool, oid string) error
 }
 
 // ImagesLister is implemented by a Cluster that lists the clients of many

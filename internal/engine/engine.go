@@ -205,7 +205,7 @@ func (s Scope) covers(c ClientReport) bool {
 	}
 	on := false
 	for _, ip := range s.HostIPs {
-		if ip.Unmap() == c.addr.IP {
+		if c.addr.SameIP(ip) {
 			on = true
 			break
 		}
@@ -376,7 +376,7 @@ func (e *Engine) classify(img Image, cl Clients, scope Scope, handover bool) []C
 
 func (e *Engine) allowed(a Addr) bool {
 	for _, p := range e.o.Allow {
-		if p.Contains(a.IP) {
+		if p.Contains(a.IP) || p.Contains(a.IP.Unmap()) {
 			return true
 		}
 	}

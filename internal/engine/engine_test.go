@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,17 @@ func TestParseAddr(t *testing.T) {
 		{in: "v1:10.1.2.3:6800/42", want: "10.1.2.3:6800/42", exact: true},
 		{in: "any:10.1.2.3:0/42", want: "10.1.2.3:0/42", exact: true},
 		{in: "[::1]:0/7", want: "[::1]:0/7", exact: true},
+		{in: "v1:[::1]:0/7", want: "[::1]:0/7", exact: true},
+		{in: "v2:[2001:db8::5]:6800/7", want: "[2001:db8::5]:6800/7", exact: true},
+		{in: "any:[::1]:0/7", want: "[::1]:0/7", exact: true},
+		{in: "[v2:10.1.2.3:0/42,v1:10.1.2.3:0/42]", want: "10.1.2.3:0/42", exact: true},
+		{in: "[v1:10.1.2.3:0/42]", want: "10.1.2.3:0/42", exact: true},
+		{in: "[v2:[::1]:0/9,v1:[::1]:0/9]", want: "[::1]:0/9", exact: true},
+		// An IPv4-mapped client keeps its form: the blocklist entry is this.
+		{in: "[::ffff:10.1.2.3]:0/42", want: "[::ffff:10.1.2.3]:0/42", exact: true},
+		{in: "v1:[::ffff:10.1.2.3]:0/42", want: "[::ffff:10.1.2.3]:0/42", exact: true},
+		{in: "[fe80::1%eth0]:0/42", bad: true},
+		{in: "v1:v2:10.1.2.3:0/42", bad: true},
 		{in: "10.1.2.3:0/0", want: "10.1.2.3:0/0", exact: false},
 		{in: "10.1.2.3:0", bad: true},
 		{in: "10.1.2.3/24", bad: true},
@@ -72,6 +84,15 @@ func TestFenceDecisions(t *testing.T) {
 		{name: "off host lockers only skips watcher", ip: "10.0.0.6", scope: engine.Scope{Kind: engine.ScopeOffHost, LockersOnly: true, HostIPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}},
 			decision: engine.DecideOutOfScope, action: engine.ActNone},
 		{name: "off host locker", ip: "10.0.0.6", lock: true, scope: engine.Scope{Kind: engine.ScopeOffHost, LockersOnly: true, HostIPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}},
+			decision: engine.DecideFence, action: engine.ActUnlocked, listed: true},
+		// An IPv4-mapped client is the same IP as its IPv4 form for scope
+		// and allowlist; its blocklist entry keeps the mapped form.
+		{name: "mapped client on host in scope", ip: "::ffff:10.0.0.5", scope: engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}},
+			decision: engine.DecideFence, action: engine.ActBlocklisted, listed: true},
+		{name: "mapped client off host out of scope", ip: "::ffff:10.0.0.5", scope: engine.Scope{Kind: engine.ScopeOffHost, HostIPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}},
+			decision: engine.DecideOutOfScope, action: engine.ActNone},
+		{name: "mapped client allowlisted", ip: "::ffff:10.9.1.1", lock: true, decision: engine.DecideAllowlisted, action: engine.ActNone},
+		{name: "IPv6 on host in scope", ip: "2001:db8::5", lock: true, scope: engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{netip.MustParseAddr("2001:db8::5")}},
 			decision: engine.DecideFence, action: engine.ActUnlocked, listed: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -502,5 +523,132 @@ func TestInspectUsesImagesLister(t *testing.T) {
 	}
 	if got.Errors != 1 || !got.Images[2].Missing || len(got.Images[1].Clients) != 1 {
 		t.Fatalf("report: %+v", got)
+	}
+}
+
+// Record keeps per image only the writers of images the VM writes
+// exclusively, keeps the entries of images it is not given (a detached disk,
+// another access's disks), and stores each image's writer with the image.
+func TestRecordPerImage(t *testing.T) {
+	f := enginetest.NewFake()
+	a, b, iso, sh := img("a"), img("b"), img("iso"), img("sh")
+	iso.ReadOnly, sh.Shareable = true, true
+	for _, im := range []engine.Image{a, b, iso, sh} {
+		f.CreateImage(im)
+	}
+	e := engine.New(f, engine.Options{})
+	here := engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
+	ca, cb := f.Open(a, "10.0.0.1", true), f.Open(b, "10.0.0.1", true)
+	f.Open(iso, "10.0.0.1", false)
+	f.Open(sh, "10.0.0.1", true)
+	f.Open(a, "10.0.0.2", false) // not on this host
+	w := who("hostA", 3, engine.SourceFrontend)
+	if _, err := e.Record(ctx, w, []engine.Image{a, b, iso, sh}, here); err != nil {
+		t.Fatal(err)
+	}
+	// b is detached: a record of the remaining disks keeps b's writer.
+	res, err := e.Record(ctx, w, []engine.Image{a, iso}, here)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := res.Claim
+	want := map[string][]engine.Addr{"one/a": {ca}, "one/b": {cb}}
+	if len(cl.Images) != len(want) || len(cl.Images["one/a"]) != 1 || cl.Images["one/a"][0] != ca || len(cl.Images["one/b"]) != 1 || cl.Images["one/b"][0] != cb {
+		t.Fatalf("per image: %v, want %v", cl.Images, want)
+	}
+	if len(cl.Addrs) != 2 || !slices.Contains(cl.Addrs, ca) || !slices.Contains(cl.Addrs, cb) {
+		t.Fatalf("addrs: %v, want %v and %v", cl.Addrs, ca, cb)
+	}
+	for _, tc := range []struct {
+		im   engine.Image
+		want []engine.Addr
+	}{{a, []engine.Addr{ca}}, {b, []engine.Addr{cb}}, {iso, nil}, {sh, nil}} {
+		rec, err := e.ReadImageRecord(ctx, tc.im)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (rec == nil) != (tc.want == nil) || (rec != nil && (rec.VM != 42 || !slices.Equal(rec.Addrs, tc.want))) {
+			t.Fatalf("%s: image record %+v, want %v", tc.im, rec, tc.want)
+		}
+	}
+}
+
+// MoveClaim moves the newest legacy claim (the first disk's pool of an
+// older version) to the claim pool once, empties the legacy copies, and
+// leaves a claim already in place alone.
+func TestMoveClaim(t *testing.T) {
+	put := func(f *enginetest.Fake, pool string, c engine.Claim) {
+		w := who("old", c.Seq, engine.SourceFrontend)
+		w.Pool = pool
+		if err := engine.New(f, engine.Options{}).WriteClaim(ctx, w, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		legacy   map[string]int // pool -> seq of a legacy claim
+		inPlace  int            // seq of a claim already in pool one (0: none)
+		wantFrom string
+		wantSeq  int
+	}{
+		{name: "nothing anywhere", wantSeq: -1},
+		{name: "one legacy claim", legacy: map[string]int{"ssd": 4}, wantFrom: "ssd", wantSeq: 4},
+		{name: "the newest of two", legacy: map[string]int{"ssd": 4, "hdd": 6}, wantFrom: "hdd", wantSeq: 6},
+		{name: "already in place", legacy: map[string]int{"ssd": 9}, inPlace: 5, wantSeq: 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := enginetest.NewFake()
+			for p, seq := range tc.legacy {
+				put(f, p, engine.Claim{Seq: seq, Host: "h-" + p, State: engine.StateRunning})
+			}
+			if tc.inPlace > 0 {
+				put(f, "one", engine.Claim{Seq: tc.inPlace, Host: "here", State: engine.StateRunning})
+			}
+			e := engine.New(f, engine.Options{})
+			from, err := e.MoveClaim(ctx, who("h", 1, engine.SourceFrontend), []string{"ssd", "hdd", "one"})
+			if err != nil || from != tc.wantFrom {
+				t.Fatalf("moved from %q (%v), want %q", from, err, tc.wantFrom)
+			}
+			cl, _ := e.ReadClaim(ctx, "one", 42)
+			if (cl == nil && tc.wantSeq >= 0) || (cl != nil && cl.Seq != tc.wantSeq) {
+				t.Fatalf("claim in pool one: %+v, want seq %d", cl, tc.wantSeq)
+			}
+			if tc.wantFrom != "" {
+				for p := range tc.legacy {
+					if old, _ := e.ReadClaim(ctx, p, 42); old != nil {
+						t.Fatalf("legacy copy in %s not emptied: %+v", p, old)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A claim of an older version (addresses, no images): a record of some disks
+// keeps the old addresses it does not see now (a hot-attach after an
+// upgrade must not drop the running instance's other clients) and drops
+// those it sees (re-recorded per image, or another VM's shared client).
+func TestRecordKeepsLegacyAddrs(t *testing.T) {
+	f := enginetest.NewFake()
+	a, iso := img("a"), img("iso")
+	iso.ReadOnly = true
+	f.CreateImage(a)
+	f.CreateImage(iso)
+	e := engine.New(f, engine.Options{})
+	here := engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
+	other := f.Open(iso, "10.0.0.1", false) // another VM's CD-ROM client
+	gone, _ := engine.ParseAddr("10.0.0.1:0/777")
+	w := who("hostA", 3, engine.SourceFrontend)
+	if err := e.WriteClaim(ctx, w, engine.Claim{Seq: 3, Host: "hostA", State: engine.StateRunning, Addrs: []engine.Addr{gone, other}}); err != nil {
+		t.Fatal(err)
+	}
+	mine := f.Open(a, "10.0.0.1", true)
+	res, err := e.Record(ctx, w, []engine.Image{a, iso}, here)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := res.Claim
+	if !slices.Equal(cl.Images[engine.LegacyImage], []engine.Addr{gone}) || !slices.Equal(cl.Images["one/a"], []engine.Addr{mine}) || len(cl.Addrs) != 2 || slices.Contains(cl.Addrs, other) {
+		t.Fatalf("claim after record: images %v addrs %v; want legacy [%v], one/a [%v], not %v", cl.Images, cl.Addrs, gone, mine, other)
 	}
 }

@@ -41,12 +41,14 @@ const (
 	OpPremigrate  = "premigrate"  // open the handover window
 	OpPostmigrate = "postmigrate" // close it; fence lock owners not on dst
 	OpFailmigrate = "failmigrate" // close it; fence every client on dst
+	OpAttach      = "attach"      // fence every client of disks being hot-attached
 )
 
 // Version is the host-step protocol version this code speaks. 1: the JSON
 // of rbdfence before versions (strict: unknown fields rejected); 2: the
-// version field, unknown fields ignored.
-const Version = 2
+// version field, unknown fields ignored; 3: the step "attach" (a version 2
+// host refuses it with the fix, see Validate).
+const Version = 3
 
 // minVersion is the oldest peer version this code still works with.
 const minVersion = 1
@@ -113,7 +115,7 @@ func (r *Request) PeerVersion() int { return versionOf(r.Version) }
 // Validate checks the request's shape.
 func (r *Request) Validate() error {
 	switch r.Op {
-	case OpCheck, OpStart, OpRecord, OpPremigrate, OpPostmigrate, OpFailmigrate:
+	case OpCheck, OpStart, OpRecord, OpPremigrate, OpPostmigrate, OpFailmigrate, OpAttach:
 	default:
 		if r.PeerVersion() > Version {
 			return &IncompatibleError{Peer: "front-end", PeerVer: r.PeerVersion(), OurVer: Version, OurSide: "host",

@@ -46,6 +46,9 @@
 # The libvirt and rbdfence-admin keyrings are mode 0644 (test cluster only,
 # so that tests can run clients as a non-root user); admin's is 0600.
 #
+# --addr may be IPv6 (::1 or [::1]): the daemons then bind IPv6 only
+# (ms bind ipv6) and RBDFENCE_TEST_MON is [IP]:PORT.
+#
 # Defaults: DIR ${RBDFENCE_CEPH_DIR:-$RBDFENCE_TEST_ROOT/ceph} (the test root
 # defaults to /tmp/rbdfence-test), IP 127.0.0.1, PORT ${RBDFENCE_CEPH_PORT:-16789}
 # (test ports are 16780-16799, away from Ceph's own 6789/3300). Several clusters may run at once with
@@ -101,11 +104,22 @@ while [ $# -gt 0 ]; do
 	esac
 done
 
-[[ $ADDR =~ ^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})$ ]] ||
-	die "--addr must be an IPv4 address, got '$ADDR'"
-for o in "${BASH_REMATCH[@]:1}"; do
-	[ "$((10#$o))" -le 255 ] || die "--addr must be an IPv4 address, got '$ADDR'"
-done
+# --addr: an IPv4 address, or an IPv6 address (e.g. ::1, with or without
+# brackets): the cluster then binds IPv6 only, and its clients are IPv6.
+ADDR=${ADDR#[}
+ADDR=${ADDR%]}
+IPV6=
+if [[ $ADDR == *:* ]]; then
+	[[ $ADDR =~ ^[0-9A-Fa-f:.]+$ ]] && [[ $ADDR != *:::* ]] && [ "${#ADDR}" -le 45 ] ||
+		die "--addr must be an IPv4 or IPv6 address, got '$ADDR'"
+	IPV6=1
+else
+	[[ $ADDR =~ ^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})$ ]] ||
+		die "--addr must be an IPv4 or IPv6 address, got '$ADDR'"
+	for o in "${BASH_REMATCH[@]:1}"; do
+		[ "$((10#$o))" -le 255 ] || die "--addr must be an IPv4 or IPv6 address, got '$ADDR'"
+	done
+fi
 [[ $PORT =~ ^[0-9]{1,5}$ ]] && [ "$((10#$PORT))" -ge 1 ] && [ "$((10#$PORT))" -le 65535 ] ||
 	die "--port must be a TCP port number, got '$PORT'"
 PORT=$((10#$PORT))
@@ -116,15 +130,23 @@ case "$DIR" in
 	die "refusing to use $DIR as the cluster directory" ;;
 esac
 
+# HOSTADDR is ADDR as it goes before ":PORT" (IPv6 in brackets).
+HOSTADDR=$ADDR
+[ -z "$IPV6" ] || HOSTADDR="[$ADDR]"
 if [ "$PORT" -eq 6789 ]; then
-	MON_ADDRV="[v2:$ADDR:3300,v1:$ADDR:6789]"
-	MON_HOST="[v2:$ADDR:3300,v1:$ADDR:6789]"
+	MON_ADDRV="[v2:$HOSTADDR:3300,v1:$HOSTADDR:6789]"
+	MON_HOST="[v2:$HOSTADDR:3300,v1:$HOSTADDR:6789]"
 	MON_PORTS="3300 6789"
 else
-	MON_ADDRV="[v1:$ADDR:$PORT]"
-	MON_HOST="v1:$ADDR:$PORT"
+	MON_ADDRV="[v1:$HOSTADDR:$PORT]"
+	MON_HOST="v1:$HOSTADDR:$PORT"
 	MON_PORTS="$PORT"
 fi
+# ms bind: the messengers bind the address family of ADDR only.
+MS_BIND="ms bind ipv4 = true
+ms bind ipv6 = false"
+[ -z "$IPV6" ] || MS_BIND="ms bind ipv4 = false
+ms bind ipv6 = true"
 
 CONF=$DIR/ceph.conf
 CLIENT_CONF=$DIR/client.conf
@@ -144,7 +166,7 @@ STARTED=
 print_env() {
 	local kv k v
 	for kv in \
-		"RBDFENCE_TEST_MON=$ADDR:$PORT" \
+		"RBDFENCE_TEST_MON=$HOSTADDR:$PORT" \
 		"RBDFENCE_TEST_MON_HOST=$MON_HOST" \
 		"RBDFENCE_TEST_CONF=$CLIENT_CONF" \
 		"RBDFENCE_TEST_ADMIN_CONF=$CONF" \
@@ -157,8 +179,8 @@ print_env() {
 		"RBDFENCE_TEST_CEPH_DIR=$DIR"; do
 		k=${kv%%=*}
 		v=${kv#*=}
-		# plain when safe, else single-quoted (only MON_HOST on the
-		# default port, because of its brackets)
+		# plain when safe, else single-quoted (brackets: MON_HOST on the
+		# default port, and MON and MON_HOST of an IPv6 cluster)
 		if [[ $v =~ ^[A-Za-z0-9_./:@%+-]*$ ]]; then
 			printf 'export %s=%s\n' "$k" "$v"
 		else
@@ -262,6 +284,7 @@ is_up() {
 # port_user IP PORT prints who listens on IP:PORT (or on all addresses), if anyone.
 port_user() {
 	local ip=$1 port=$2 line who
+	[[ $ip != *:* ]] || ip="[$ip]"
 	line=$(ss -Hltnp 2>/dev/null | awk -v a="$ip:$port" -v p=":$port" '
 		$4 == a || $4 == "0.0.0.0" p || $4 == "*" p || $4 == "[::]" p { print; exit }') || true
 	[ -n "$line" ] || return 1
@@ -341,6 +364,7 @@ osd pool default pg num = 8
 osd pool default pgp num = 8
 osd pool default pg autoscale mode = off
 osd crush chooseleaf type = 0
+$MS_BIND
 mon allow pool size one = true
 mon allow pool delete = true
 mon warn on pool no redundancy = false
@@ -381,6 +405,7 @@ mon host = $MON_HOST
 auth cluster required = cephx
 auth service required = cephx
 auth client required = cephx
+$MS_BIND
 EOF
 }
 

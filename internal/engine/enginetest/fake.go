@@ -6,6 +6,7 @@ package enginetest
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -61,7 +62,7 @@ func (f *Fake) Open(img engine.Image, ip string, lock bool) engine.Addr {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nextNonce++
-	a, err := engine.ParseAddr(fmt.Sprintf("%s:0/%d", ip, f.nextNonce))
+	a, err := engine.ParseAddr(fmt.Sprintf("%s/%d", netip.AddrPortFrom(netip.MustParseAddr(ip), 0), f.nextNonce))
 	if err != nil {
 		panic(err)
 	}
@@ -248,5 +249,16 @@ func (f *Fake) WriteObject(ctx context.Context, pool, oid string, data []byte, v
 	}
 	o.data = append([]byte(nil), data...)
 	o.version++
+	return nil
+}
+
+// ClearObject implements engine.Cluster.
+func (f *Fake) ClearObject(ctx context.Context, pool, oid string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if o := f.obj(pool, oid, false); o != nil {
+		o.data = nil
+		o.version++
+	}
 	return nil
 }
