@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,12 +40,32 @@ type Claim struct {
 	Updated time.Time `json:"updated"`
 }
 
-// Window is an open live-migration handover: starts on Dst do not fence.
+// Window is an open live-migration handover of the claim's deploy from Src
+// to Dst. Only the incoming migration it was opened for is admitted on Dst
+// without a fence: the hook's `migrate begin` checks the window and keeps
+// it in its mark, and the `prepare` that follows is a handover only while
+// the claim still holds that very window (Same). Any other start on Dst is
+// judged as a start: a newer deploy fences the source, anything else is
+// refused.
 type Window struct {
-	Src     string    `json:"src"`
-	Dst     string    `json:"dst"`
+	Src string `json:"src"`
+	Dst string `json:"dst"`
+	// Seq is the migration's deploy: the destination's HISTORY SEQ, which
+	// oned adds before the migrate driver runs (-1 when unknown).
+	Seq int `json:"seq"`
+	// From is the deploy that runs on Src (the claim's Seq when opened).
+	From    int       `json:"from"`
 	Opened  time.Time `json:"opened"`
 	Expires time.Time `json:"expires"`
+	// DstAddrs are the client addresses of the instance started on Dst by
+	// the migration, recorded by the hook at `started`: until postmigrate
+	// says which copy won, a start elsewhere fences both.
+	DstAddrs []Addr `json:"dst_addrs,omitempty"`
+}
+
+// Same reports whether w and o are the same handover (one premigrate).
+func (w *Window) Same(o *Window) bool {
+	return w != nil && o != nil && w.Src == o.Src && w.Dst == o.Dst && w.Seq == o.Seq && w.From == o.From && w.Opened.Equal(o.Opened)
 }
 
 // Claim states.
@@ -73,19 +94,30 @@ type Who struct {
 	// this step when it is Host itself (empty when the step runs elsewhere,
 	// e.g. on the front-end). Only global unicast addresses identify a host.
 	HostIPs []netip.Addr
+	// Incoming is the handover this start or record belongs to: the window
+	// the hook's `migrate begin` accepted, kept in its incoming-migration
+	// mark. nil for every other start (the front-end's always).
+	Incoming *Window
 }
 
-// sameHost reports whether the claim's host is the host w runs on: the same
-// name (case-insensitive, or the same first label: "node1" and
-// "node1.example.com"), or a shared address.
+// sameHost reports whether the claim's host is the host w runs on.
 func sameHost(c *Claim, w Who) bool {
-	if c == nil {
-		return false
-	}
-	if strings.EqualFold(c.Host, w.Host) || (shortName(c.Host) != "" && strings.EqualFold(shortName(c.Host), shortName(w.Host))) {
+	return c != nil && isHost(c.Host, c.HostAddrs, w)
+}
+
+// isHost reports whether the host called name, with recorded addresses
+// addrs, is the host w runs on: exactly the same name (case-insensitive; a
+// first label is no identity: kvm1.dc1 and kvm1.dc2 are two hosts), a name
+// that is an IP address Ceph sees for w's clients, or a shared recorded
+// address. Only global unicast addresses identify a host.
+func isHost(name string, addrs []netip.Addr, w Who) bool {
+	if name != "" && strings.EqualFold(name, w.Host) {
 		return true
 	}
-	for _, a := range c.HostAddrs {
+	if ip, err := netip.ParseAddr(name); err == nil {
+		addrs = append([]netip.Addr{ip.Unmap()}, addrs...)
+	}
+	for _, a := range addrs {
 		for _, b := range w.HostIPs {
 			if a == b && a.IsGlobalUnicast() {
 				return true
@@ -95,19 +127,16 @@ func sameHost(c *Claim, w Who) bool {
 	return false
 }
 
-// shortName is a host name's first label ("" for an IP address).
-func shortName(h string) string {
-	if _, err := netip.ParseAddr(h); err == nil {
-		return ""
-	}
-	short, _, _ := strings.Cut(h, ".")
-	return short
-}
-
-// mark records w's addresses in c when c's host is w's own.
+// mark records w's addresses in c when c's host is w's own, keeping those
+// recorded before (the front-end's step on the host, the hook's).
 func (w Who) mark(c *Claim) {
-	if len(w.HostIPs) > 0 && strings.EqualFold(c.Host, w.Host) {
-		c.HostAddrs = w.HostIPs
+	if len(w.HostIPs) == 0 || !isHost(c.Host, c.HostAddrs, w) {
+		return
+	}
+	for _, a := range w.HostIPs {
+		if !slices.Contains(c.HostAddrs, a) {
+			c.HostAddrs = append(c.HostAddrs, a)
+		}
 	}
 }
 
@@ -148,6 +177,42 @@ type ClaimedElsewhereError struct {
 func (e *ClaimedElsewhereError) Error() string {
 	return fmt.Sprintf("VM %d: deploy #%d was claimed by host %s (%s) at %s, not by %s; refusing a second copy",
 		e.VM, e.Recorded.Seq, e.Recorded.Host, e.Recorded.Source, e.Recorded.Updated.Format(time.RFC3339), e.Host)
+}
+
+// NoHandoverError: an incoming live migration (or the start or record that
+// follows it) that the claim does not show as the handover the front-end
+// opened for the VM's current deploy, from its host to this one.
+type NoHandoverError struct {
+	VM       int
+	Host     string
+	Why      string
+	Recorded *Claim
+}
+
+func (e *NoHandoverError) Error() string {
+	cl := "no claim"
+	if c := e.Recorded; c != nil {
+		cl = fmt.Sprintf("the claim holds deploy #%d on host %s (%s, %s)", c.Seq, c.Host, c.Source, c.Updated.Format(time.RFC3339))
+	}
+	return fmt.Sprintf("VM %d: no live migration to %s was opened by the front-end for the current deploy: %s; %s. "+
+		"Migrate the VM with onevm migrate --live, not with virsh", e.VM, e.Host, e.Why, cl)
+}
+
+// AlreadyRunningError: the VM's domain already runs on the host the start is
+// for (a resume of a VM in UNKNOWN that in fact runs, a recover --retry of a
+// deploy that did start). The start would fail ("domain already exists");
+// fencing first would make the running VM I/O-dead, so nothing is fenced.
+type AlreadyRunningError struct {
+	VM     int
+	Host   string
+	Domain string
+	State  string
+}
+
+func (e *AlreadyRunningError) Error() string {
+	return fmt.Sprintf("VM %d: domain %s is already %s on host %s; not fencing it and not starting a second copy. "+
+		"If oned shows the VM in UNKNOWN or failed, it is running: use 'onevm recover --success' instead of a new start",
+		e.VM, e.Domain, e.State, e.Host)
 }
 
 // ClaimResult is the outcome of a claim operation.
@@ -211,9 +276,11 @@ func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim) (*Claim, e
 	return nil, fmt.Errorf("VM %d: claim %s/%s kept changing under us; retry", w.VM, w.Pool, oid)
 }
 
-// admit decides whether w may start the VM given the recorded claim.
+// admit decides whether w may start the VM given the recorded claim. A
+// migration window admits nothing here: only handover (the hook's start of
+// the very migration the window is for) skips these checks.
 func admit(w Who, prev *Claim, now time.Time) error {
-	if prev == nil || inWindow(prev, w.Host, now) {
+	if prev == nil {
 		return nil
 	}
 	switch {
@@ -240,6 +307,18 @@ func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*
 	res := &ClaimResult{}
 	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
 		res.Previous = prev
+		if handover(w, prev, e.now()) == nil {
+			// The incoming migration the window was opened for: the
+			// source runs the VM and stays the claim's instance until
+			// postmigrate or failmigrate says which copy won.
+			res.Handover = true
+			res.Report = e.handover(ctx, imgs)
+			next := *prev
+			next.State = StateMigrating
+			return &next, nil
+		}
+		// Anything else, a stale incoming-migration mark included, is a
+		// start: admitted or refused by the claim, and it fences.
 		if err := admit(w, prev, e.now()); err != nil {
 			return nil, err
 		}
@@ -248,25 +327,11 @@ func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*
 			seq = prev.Seq // the hook continues the deploy the front-end claimed
 		}
 		next := &Claim{Seq: seq, Host: w.Host, Source: w.Source, State: StateStarting}
-		if inWindow(prev, w.Host, e.now()) {
-			res.Handover = true
-			res.Report = e.handover(ctx, imgs)
-			next.Window, next.State = prev.Window, StateMigrating
-			next.Addrs = prev.Addrs
-		} else {
-			var extra []Addr
-			if prev != nil {
-				extra = prev.Addrs
-			}
-			res.Report = e.Fence(ctx, imgs, Scope{}, extra)
-			if err := res.Report.Err(); err != nil {
-				return nil, err // claim not written: the next try fences again
-			}
+		res.Report = e.Fence(ctx, imgs, Scope{}, previousAddrs(prev))
+		if err := res.Report.Err(); err != nil {
+			return nil, err // claim not written: the next try fences again
 		}
-		if prev != nil && prev.Source == SourceFrontend && w.Source == SourceHook && sameHost(prev, w) {
-			next.Host = prev.Host        // keep OpenNebula's name for the host
-			next.Source = SourceFrontend // keep the front-end's authority over this deploy
-		}
+		continueDeploy(next, prev, w)
 		w.mark(next)
 		return next, nil
 	})
@@ -274,6 +339,86 @@ func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*
 		res.Claim = *written
 	}
 	return res, err
+}
+
+// continueDeploy keeps, when the hook continues the deploy the front-end
+// claimed for this host, OpenNebula's name for the host, the front-end's
+// authority over the deploy, and the host addresses recorded so far.
+func continueDeploy(next, prev *Claim, w Who) {
+	if prev != nil && prev.Source == SourceFrontend && w.Source == SourceHook && sameHost(prev, w) {
+		next.Host = prev.Host
+		next.Source = SourceFrontend
+		next.HostAddrs = slices.Clone(prev.HostAddrs)
+	}
+}
+
+// previousAddrs are the recorded addresses a new start fences besides the
+// visible clients: the previous instance's, and those of a copy started by
+// a migration whose outcome the claim never learnt.
+func previousAddrs(prev *Claim) []Addr {
+	if prev == nil {
+		return nil
+	}
+	out := slices.Clone(prev.Addrs)
+	if prev.Window != nil {
+		for _, a := range prev.Window.DstAddrs {
+			out = appendUnique(out, a)
+		}
+	}
+	return out
+}
+
+// handover returns nil when w is the incoming migration of the window the
+// claim holds: w carries that window (from the hook's mark), the claim
+// still holds the same one, it is open, and w runs on its destination.
+func handover(w Who, prev *Claim, now time.Time) error {
+	why := ""
+	switch {
+	case w.Incoming == nil:
+		why = "this start is not an incoming migration"
+	case prev == nil:
+		why = "the VM has no claim"
+	case prev.Window == nil:
+		why = "no migration window is open"
+	case !now.Before(prev.Window.Expires):
+		why = "the migration window expired at " + prev.Window.Expires.UTC().Format(time.RFC3339)
+	case !isHost(prev.Window.Dst, nil, w):
+		why = fmt.Sprintf("the open window is for a migration %s -> %s", prev.Window.Src, prev.Window.Dst)
+	case !prev.Window.Same(w.Incoming):
+		why = fmt.Sprintf("the open window (%s -> %s, deploy #%d, opened %s) is not the one this migration was accepted in (opened %s)",
+			prev.Window.Src, prev.Window.Dst, prev.Window.Seq, prev.Window.Opened.UTC().Format(time.RFC3339), w.Incoming.Opened.UTC().Format(time.RFC3339))
+	case prev.Window.From != prev.Seq:
+		why = fmt.Sprintf("the window was opened for deploy #%d, the claim holds deploy #%d", prev.Window.From, prev.Seq)
+	default:
+		return nil
+	}
+	return &NoHandoverError{VM: w.VM, Host: w.Host, Why: why, Recorded: prev}
+}
+
+// AcceptIncoming is the check of the hook's `migrate begin` on the
+// destination: it returns the window when the claim shows an open handover
+// the front-end opened for the VM's current deploy, from the claim's host to
+// w's host, and a *NoHandoverError otherwise. It reads the claim without the
+// lease and changes nothing.
+func (e *Engine) AcceptIncoming(ctx context.Context, w Who) (*Window, error) {
+	prev, err := e.ReadClaim(ctx, w.Pool, w.VM)
+	if err != nil {
+		return nil, err
+	}
+	if prev != nil && prev.Window != nil {
+		w.Incoming = prev.Window
+	} else {
+		w.Incoming = &Window{}
+	}
+	if err := handover(w, prev, e.now()); err != nil {
+		return nil, err
+	}
+	if !isHost(prev.Window.Src, prev.HostAddrs, Who{Host: prev.Host}) {
+		return nil, &NoHandoverError{VM: w.VM, Host: w.Host, Recorded: prev,
+			Why: fmt.Sprintf("the window is from %s, the claim's instance runs on %s", prev.Window.Src, prev.Host)}
+	}
+	win := *prev.Window
+	return &win, nil
 }
 
 // checkStart is Start's dry run: it reads the claim without taking the lease
@@ -284,13 +429,13 @@ func (e *Engine) checkStart(ctx context.Context, w Who, imgs []Image) (*ClaimRes
 		return nil, err
 	}
 	res := &ClaimResult{Previous: prev}
-	if err := admit(w, prev, e.now()); err != nil {
-		return res, err
-	}
-	if inWindow(prev, w.Host, e.now()) {
+	if handover(w, prev, e.now()) == nil {
 		res.Handover = true
 		res.Report = e.handover(ctx, imgs)
 		return res, nil
+	}
+	if err := admit(w, prev, e.now()); err != nil {
+		return res, err
 	}
 	res.Report = e.Check(ctx, imgs, Scope{})
 	if prev != nil {
@@ -300,7 +445,7 @@ func (e *Engine) checkStart(ctx context.Context, w Who, imgs []Image) (*ClaimRes
 				visible[c.Address] = true
 			}
 		}
-		for _, a := range prev.Addrs {
+		for _, a := range previousAddrs(prev) {
 			if !visible[a.String()] && a.Exact() && !e.allowed(a) {
 				res.Report.Recorded = append(res.Report.Recorded, ClientReport{Address: a.String(), addr: a, Decision: DecideRecorded, Action: ActWouldFence})
 			}
@@ -311,12 +456,18 @@ func (e *Engine) checkStart(ctx context.Context, w Who, imgs []Image) (*ClaimRes
 
 // Record stores the client addresses of the instance that now runs on w.Host
 // (the watchers of its images whose IP is in scope), marking the claim running.
+// For the destination of the incoming migration the claim's window is for
+// (w.Incoming, see handover) it records them in the window instead: the source stays the claim's instance until
+// postmigrate or failmigrate.
 func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (*ClaimResult, error) {
 	res := &ClaimResult{}
 	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
 		res.Previous = prev
-		if err := admit(w, prev, e.now()); err != nil {
-			return nil, err
+		incoming := handover(w, prev, e.now()) == nil
+		if !incoming {
+			if err := admit(w, prev, e.now()); err != nil {
+				return nil, err
+			}
 		}
 		r := e.inspect(ctx, imgs, scope, false)
 		r.count()
@@ -324,26 +475,34 @@ func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (
 		if err := r.Err(); err != nil {
 			return nil, err
 		}
-		next := &Claim{Seq: w.Seq, Host: w.Host, Source: w.Source, State: StateRunning}
-		if prev != nil {
-			if next.Seq < 0 {
-				next.Seq = prev.Seq
-			}
-			if prev.Source == SourceFrontend && sameHost(prev, w) {
-				next.Host = prev.Host
-				next.Source = SourceFrontend
-			}
-		}
+		var addrs []Addr
 		seen := map[Addr]bool{}
 		for _, im := range r.Images {
 			for _, c := range im.Clients {
 				if c.Watcher && scope.covers(c) && !seen[c.addr] {
 					seen[c.addr] = true
-					next.Addrs = append(next.Addrs, c.addr)
+					addrs = append(addrs, c.addr)
 				}
 			}
 		}
-		sort.Slice(next.Addrs, func(i, j int) bool { return next.Addrs[i].String() < next.Addrs[j].String() })
+		sort.Slice(addrs, func(i, j int) bool { return addrs[i].String() < addrs[j].String() })
+		if incoming {
+			next := *prev
+			win := *prev.Window
+			win.DstAddrs = addrs
+			next.Window = &win
+			return &next, nil
+		}
+		next := &Claim{Seq: w.Seq, Host: w.Host, Source: w.Source, State: StateRunning, Addrs: addrs}
+		if prev != nil {
+			if next.Seq < 0 {
+				next.Seq = prev.Seq
+			}
+			if sameHost(prev, w) {
+				next.HostAddrs = slices.Clone(prev.HostAddrs)
+			}
+			continueDeploy(next, prev, w)
+		}
 		w.mark(next)
 		return next, nil
 	})
@@ -353,21 +512,36 @@ func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (
 	return res, err
 }
 
-// OpenWindow opens the live-migration handover from src to dst for ttl: a
-// start of the VM on dst fences nothing while it is open. It fences nothing.
+// OpenWindow opens the live-migration handover of deploy w.Seq (the
+// destination's HISTORY SEQ) from src to dst for ttl: the incoming migration
+// the destination's hook accepts in this window fences nothing. It fences
+// nothing itself, and the claim keeps the deploy that runs on src: the
+// destination's deploy is only the claim's when postmigrate says so. A
+// migration of an older deploy than the claim's is refused.
 func (e *Engine) OpenWindow(ctx context.Context, w Who, src, dst string, ttl time.Duration) (*ClaimResult, error) {
 	res := &ClaimResult{}
 	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
 		res.Previous = prev
-		next := &Claim{Seq: w.Seq, Host: src, Source: w.Source, State: StateMigrating}
-		if prev != nil {
-			next.Addrs = prev.Addrs
-			if next.Seq < 0 || prev.Seq > next.Seq {
-				next.Seq = prev.Seq
-			}
+		if prev != nil && w.Seq >= 0 && (prev.Seq > w.Seq || (prev.Window != nil && prev.Window.Seq > w.Seq)) {
+			return nil, &NewerDeployError{VM: w.VM, Ours: w.Seq, Recorded: *prev}
 		}
+		var next *Claim
+		if prev != nil {
+			c := *prev
+			next = &c
+		} else {
+			// No claim yet (the VM started before rbdfence): the source
+			// runs the deploy before the migration's, whose HISTORY record
+			// oned added before running the migrate driver.
+			from := -1
+			if w.Seq > 0 {
+				from = w.Seq - 1
+			}
+			next = &Claim{Seq: from, Host: src, Source: w.Source}
+		}
+		next.State = StateMigrating
 		now := e.now().UTC()
-		next.Window = &Window{Src: src, Dst: dst, Opened: now, Expires: now.Add(ttl)}
+		next.Window = &Window{Src: src, Dst: dst, Seq: w.Seq, From: next.Seq, Opened: now, Expires: now.Add(ttl)}
 		w.mark(next)
 		return next, nil
 	})
@@ -405,6 +579,9 @@ func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst 
 		if prev != nil && (next.Seq < 0 || prev.Seq > next.Seq) {
 			next.Seq = prev.Seq
 		}
+		if outcome == Migrated && prev != nil && prev.Window != nil && prev.Window.Seq > next.Seq {
+			next.Seq = prev.Window.Seq // the destination's deploy is now the claim's
+		}
 		switch outcome {
 		case Migrated:
 			scope.Kind, scope.LockersOnly = ScopeOffHost, true
@@ -427,6 +604,9 @@ func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst 
 			return nil, err
 		}
 		if outcome == Migrated {
+			if prev != nil && prev.Window != nil {
+				next.Addrs = slices.Clone(prev.Window.DstAddrs) // recorded by the hook at started
+			}
 			rec := e.inspect(ctx, imgs, Scope{Kind: ScopeOnHost, HostIPs: scope.HostIPs}, false)
 			for _, im := range rec.Images {
 				for _, c := range im.Clients {
@@ -493,12 +673,6 @@ func (e *Engine) ReadClaim(ctx context.Context, pool string, vm int) (*Claim, er
 func (e *Engine) WriteClaim(ctx context.Context, w Who, c Claim) error {
 	_, err := e.txn(ctx, w, func(*Claim) (*Claim, error) { return &c, nil })
 	return err
-}
-
-// inWindow reports whether an open handover window admits host as destination.
-func inWindow(c *Claim, host string, now time.Time) bool {
-	return c != nil && c.Window != nil && now.Before(c.Window.Expires) &&
-		(strings.EqualFold(c.Window.Dst, host) || (shortName(host) != "" && strings.EqualFold(shortName(c.Window.Dst), shortName(host))))
 }
 
 func appendUnique(as []Addr, a Addr) []Addr {
