@@ -59,7 +59,10 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 	if pool == "" {
 		pool = groups[0].Images[0].Pool
 	}
-	who := engine.Who{VM: req.VM, Seq: req.Seq, Host: req.Host, Source: req.Source, Run: req.Run, Pool: pool}
+	who := engine.Who{VM: req.VM, Seq: req.Seq, Host: req.Host, Source: req.Source, Run: req.Run, Pool: pool, Incoming: req.Incoming}
+	if err := refuseRunning(ctx, cfg, req); err != nil {
+		return fail(err)
+	}
 
 	meta := audit.Meta{Run: req.Run, Op: req.Op, VM: req.VM, Host: req.Host}
 
@@ -89,6 +92,11 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 		res, err = sess.Engine.Start(ctx, who, groups[0].Images, false)
 	case hoststep.OpRecord:
 		res, err = sess.Engine.Record(ctx, who, groups[0].Images, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: ips})
+	case hoststep.OpIncoming:
+		var win *engine.Window
+		if win, err = sess.Engine.AcceptIncoming(ctx, who); win != nil {
+			res = &engine.ClaimResult{Claim: engine.Claim{VM: req.VM, Host: win.Src, State: engine.StateMigrating, Window: win}}
+		}
 	case hoststep.OpPremigrate:
 		res, err = sess.Engine.OpenWindow(ctx, who, req.Src, req.Dst, time.Duration(cfg.Fence.MigrationWindow))
 	case hoststep.OpPostmigrate:

@@ -41,6 +41,9 @@ const (
 	OpPremigrate  = "premigrate"  // open the handover window
 	OpPostmigrate = "postmigrate" // close it; fence lock owners not on dst
 	OpFailmigrate = "failmigrate" // close it; fence every client on dst
+	// OpIncoming checks an incoming live migration against the claim (the
+	// hook's migrate begin): fences nothing, writes nothing.
+	OpIncoming = "incoming"
 )
 
 // Version is the host-step protocol version this code speaks. 1: the JSON
@@ -105,6 +108,10 @@ type Request struct {
 	// Local is set when the step runs on the front-end instead of on Host
 	// (opennebula.remote: local): its own addresses do not identify Host.
 	Local bool `json:"local,omitempty"`
+	// Incoming is the handover window the hook accepted at migrate begin
+	// (from its incoming-migration mark) for the start or record of that
+	// migration on the destination; absent otherwise.
+	Incoming *engine.Window `json:"incoming,omitempty"`
 }
 
 // PeerVersion is the version the request was written in.
@@ -113,7 +120,7 @@ func (r *Request) PeerVersion() int { return versionOf(r.Version) }
 // Validate checks the request's shape.
 func (r *Request) Validate() error {
 	switch r.Op {
-	case OpCheck, OpStart, OpRecord, OpPremigrate, OpPostmigrate, OpFailmigrate:
+	case OpCheck, OpStart, OpRecord, OpPremigrate, OpPostmigrate, OpFailmigrate, OpIncoming:
 	default:
 		if r.PeerVersion() > Version {
 			return &IncompatibleError{Peer: "front-end", PeerVer: r.PeerVersion(), OurVer: Version, OurSide: "host",

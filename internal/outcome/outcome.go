@@ -68,6 +68,8 @@ var classes = []struct {
 	{Refused, is[*engine.ClaimHeldError]},
 	{Refused, is[*engine.NewerDeployError]},
 	{Refused, is[*engine.ClaimedElsewhereError]},
+	{Refused, is[*engine.NoHandoverError]},
+	{Refused, is[*engine.AlreadyRunningError]},
 }
 
 func is[T error](err error) bool {
