@@ -669,6 +669,49 @@ func (e *Engine) ReadClaim(ctx context.Context, pool string, vm int) (*Claim, er
 	return &c, nil
 }
 
+// ResetClaim empties the VM's claim under its lease: the operator's way out
+// of a claim that refuses every start (rbdfence claim reset, claim gc). It
+// refuses with a *ClaimHeldError while a run holds the lease (a start or a
+// migration step is under way) and returns the claim it removed (nil when
+// there was none; a corrupt claim is removed and returned as nil too).
+func (e *Engine) ResetClaim(ctx context.Context, w Who) (*Claim, error) {
+	oid := ClaimObject(w.VM)
+	err := e.c.AcquireLease(ctx, w.Pool, oid, w.cookie(), e.o.Lease)
+	var held *LeaseHeldError
+	if errors.As(err, &held) {
+		return nil, &ClaimHeldError{VM: w.VM, Holder: held.Holder}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("VM %d: cannot take the claim lease %s/%s: %w", w.VM, w.Pool, oid, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = e.c.ReleaseLease(rctx, w.Pool, oid, w.cookie())
+	}()
+	data, ver, err := e.c.ReadObject(ctx, w.Pool, oid)
+	if errors.Is(err, ErrObjectNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("VM %d: cannot read claim %s/%s: %w", w.VM, w.Pool, oid, err)
+	}
+	var prev *Claim
+	if len(data) > 0 {
+		prev = &Claim{}
+		if json.Unmarshal(data, prev) != nil {
+			prev = nil
+		}
+	}
+	if len(data) == 0 {
+		return nil, nil
+	}
+	if err := e.c.WriteObject(ctx, w.Pool, oid, nil, ver); err != nil {
+		return nil, fmt.Errorf("VM %d: cannot reset claim %s/%s: %w", w.VM, w.Pool, oid, err)
+	}
+	return prev, nil
+}
+
 // WriteClaim replaces the VM's claim under its lease (admin and tests).
 func (e *Engine) WriteClaim(ctx context.Context, w Who, c Claim) error {
 	_, err := e.txn(ctx, w, func(*Claim) (*Claim, error) { return &c, nil })
