@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
@@ -91,8 +92,9 @@ func runClaim(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // resetOne empties VM vm's claim and writes the audit record (op is
 // claim-reset or claim-gc). It returns the record and the claim removed.
 func resetOne(ctx context.Context, cfg *config.Config, s *fencer.Session, pool string, vm int, op string) (*audit.Record, *engine.Claim, error) {
-	run := fencer.RunID()
-	who := engine.Who{VM: vm, Seq: -1, Host: fencer.Hostname(), Source: engine.SourceCLI, Run: run, Pool: pool}
+	run := audit.NewRunID()
+	host, _ := os.Hostname()
+	who := engine.Who{VM: vm, Seq: -1, Host: host, Source: engine.SourceCLI, Run: run, Pool: pool}
 	prev, err := s.Engine.ResetClaim(ctx, who)
 	if err != nil {
 		return nil, nil, err

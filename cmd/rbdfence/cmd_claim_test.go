@@ -15,6 +15,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/ceph"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/opennebula"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 	"github.com/rbdfence/rbdfence/test/onedsim"
 	"github.com/rbdfence/rbdfence/test/testenv"
 )
@@ -81,7 +82,7 @@ func TestClaimResetAndGC(t *testing.T) {
 		code, out, stderr := cli(append([]string{"claim", "gc", "--json"}, args...)...)
 		// Exit 1 with --apply: a claim of another test's VM is leased
 		// right now; this test's own entries are checked below.
-		if code != 0 && (code != exitFailure || len(args) == 0) {
+		if code != 0 && (code != outcome.Failure.Code() || len(args) == 0) {
 			t.Fatalf("claim gc %v: exit %d: %s\n%s", args, code, stderr, out)
 		}
 		var es []gcEntry
@@ -112,8 +113,8 @@ func TestClaimResetAndGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _, stderr := cli("claim", "reset", "--vm", fmt.Sprint(live))
-	if code != exitRefused || !strings.Contains(stderr, "run=busy") {
-		t.Fatalf("reset under a held lease: exit %d (want %d): %s", code, exitRefused, stderr)
+	if code != outcome.Refused.Code() || !strings.Contains(stderr, "run=busy") {
+		t.Fatalf("reset under a held lease: exit %d (want %d): %s", code, outcome.Refused.Code(), stderr)
 	}
 	if claimOf(live) == nil {
 		t.Fatal("a refused reset removed the claim")
@@ -145,7 +146,7 @@ func TestClaimResetAndGC(t *testing.T) {
 	if claimOf(done) != nil || claimOf(gone) != nil {
 		t.Fatal("gc --apply left a claim")
 	}
-	if code, _, stderr := cli("claim", "gc", "--vm", "1"); code != exitUsage {
+	if code, _, stderr := cli("claim", "gc", "--vm", "1"); code != outcome.Usage.Code() {
 		t.Fatalf("gc --vm: exit %d: %s", code, stderr)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hook"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 	"github.com/rbdfence/rbdfence/test/libvirt"
 	"github.com/rbdfence/rbdfence/test/testenv"
@@ -202,7 +203,7 @@ func TestHostStepRefusesRunningDomain(t *testing.T) {
 	if jerr := json.Unmarshal(out.Bytes(), &resp); jerr != nil {
 		t.Fatalf("host step output: %v\n%s", jerr, out.String())
 	}
-	if resp.OK || resp.Kind != hoststep.KindRefused || !strings.Contains(resp.Error, oneName(id)+" is already running on host "+hostName) {
+	if resp.OK || resp.Kind != outcome.Refused || !strings.Contains(resp.Error, oneName(id)+" is already running on host "+hostName) {
 		t.Fatalf("want a refusal naming the running domain, exit %d: %+v", ee.ExitCode(), resp)
 	}
 	if e.blocklisted(addr) {
