@@ -540,6 +540,9 @@ func (e *Engine) OpenWindow(ctx context.Context, w Who, src, dst string, ttl tim
 			next = &Claim{Seq: from, Host: src, Source: w.Source}
 		}
 		next.State = StateMigrating
+		if prev != nil && isHost(src, nil, w) && sameHost(prev, w) {
+			src = prev.Host // the claim's name for the source (the step runs there)
+		}
 		now := e.now().UTC()
 		next.Window = &Window{Src: src, Dst: dst, Seq: w.Seq, From: next.Seq, Opened: now, Expires: now.Add(ttl)}
 		w.mark(next)
@@ -575,6 +578,11 @@ func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst 
 	res := &ClaimResult{}
 	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
 		res.Previous = prev
+		if prev != nil && w.Seq >= 0 && prev.Seq > w.Seq {
+			// A late postmigrate or failmigrate of an older deploy: the
+			// claim's instance is newer and must not be fenced.
+			return nil, &NewerDeployError{VM: w.VM, Ours: w.Seq, Recorded: *prev}
+		}
 		next := &Claim{Seq: w.Seq, Source: w.Source, State: StateRunning}
 		if prev != nil && (next.Seq < 0 || prev.Seq > next.Seq) {
 			next.Seq = prev.Seq

@@ -345,6 +345,30 @@ func TestMigration(t *testing.T) {
 	})
 }
 
+// TestLateCloseWindowRefused: a postmigrate or failmigrate of deploy #2
+// arriving after deploy #5 was claimed elsewhere fences nothing.
+func TestLateCloseWindowRefused(t *testing.T) {
+	f := enginetest.NewFake()
+	im := img("a")
+	f.CreateImage(im)
+	e := engine.New(f, engine.Options{})
+	if _, err := e.Start(ctx, who("h5", 5, engine.SourceFrontend), []engine.Image{im}, false); err != nil {
+		t.Fatal(err)
+	}
+	inst := f.Open(im, "10.0.0.5", true)
+	dstIPs := []netip.Addr{netip.MustParseAddr("10.0.0.2")}
+	for _, o := range []engine.MigrationOutcome{engine.Migrated, engine.Failed, engine.FailedFromSource} {
+		_, err := e.CloseWindow(ctx, who("dst", 2, engine.SourceFrontend), []engine.Image{im}, "src", "dst", dstIPs, o)
+		var nd *engine.NewerDeployError
+		if !errors.As(err, &nd) {
+			t.Fatalf("outcome %d of deploy #2 after #5: want NewerDeployError, got %v", o, err)
+		}
+	}
+	if _, ok := f.Blocklisted(inst); ok {
+		t.Fatal("a late migration step fenced the newer instance")
+	}
+}
+
 func TestOnBlocklistedBeforeLockBreak(t *testing.T) {
 	f := enginetest.NewFake()
 	im := img("a")
