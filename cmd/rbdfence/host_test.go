@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,7 +32,7 @@ func TestHostAnswersInPeerVersion(t *testing.T) {
 	}
 	m["disks"] = []any{}
 	v1, _ := json.Marshal(m)
-	m["version"], m["op"] = 3, "scrub"
+	m["version"], m["op"] = hoststep.Version+1, "scrub"
 	future, _ := json.Marshal(m)
 	m["version"], m["op"], m["hint"] = 2, "postmigrate", "a field this host does not know"
 	v2, _ := json.Marshal(m)
@@ -42,7 +43,7 @@ func TestHostAnswersInPeerVersion(t *testing.T) {
 	}{
 		{"version 1 front-end", string(v1), false, ""},
 		{"version 2 front-end", string(v2), true, ""},
-		{"newer front-end, unknown op", string(future), true, "the front-end speaks version 3, this host's rbdfence speaks version 2"},
+		{"newer front-end, unknown op", string(future), true, fmt.Sprintf("the front-end speaks version %d, this host's rbdfence speaks version %d", hoststep.Version+1, hoststep.Version)},
 		{"unreadable request", "{", false, "not valid JSON"},
 	} {
 		var out, errb bytes.Buffer

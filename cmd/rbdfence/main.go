@@ -23,6 +23,8 @@ verbs:
   fence  --image POOL/IMAGE [...]   blocklist and unlock every foreign client
   host   <op>                       host-side step of the OpenNebula drivers (JSON on stdin/stdout)
   claim  show --vm ID --pool POOL   show a VM's claim
+  claim  reset --vm ID [--pool P]   empty a VM's claim (audited, raises an event; refused while a run holds it)
+  claim  gc [--apply] [--pool P]    claims of VMs oned reports DONE or does not know (dry run without --apply)
   events [--vm ID] [--since T] [--json]   list lock-collision events of all VMs (from oned)
   events flush                      deliver the spooled events to oned
   blocklist ls [--all]              blocklist entries rbdfence added (VM, image, expiry, time left)

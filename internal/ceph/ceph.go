@@ -547,7 +547,13 @@ func (c *Cluster) WriteObject(ctx context.Context, pool, oid string, data []byte
 		} else {
 			op.AssertVersion(version)
 		}
-		op.WriteFull(data)
+		if len(data) == 0 {
+			// Empty means no record: go-ceph's WriteFull panics on an
+			// empty buffer, so the object goes (its lease with it).
+			op.Remove()
+		} else {
+			op.WriteFull(data)
+		}
 		err = op.Operate(io, oid, rados.OperationNoFlag)
 		if err == nil {
 			return struct{}{}, nil

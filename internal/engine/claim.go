@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,12 +44,32 @@ type Claim struct {
 	Updated time.Time         `json:"updated"`
 }
 
-// Window is an open live-migration handover: starts on Dst do not fence.
+// Window is an open live-migration handover of the claim's deploy from Src
+// to Dst. Only the incoming migration it was opened for is admitted on Dst
+// without a fence: the hook's `migrate begin` checks the window and keeps
+// it in its mark, and the `prepare` that follows is a handover only while
+// the claim still holds that very window (Same). Any other start on Dst is
+// judged as a start: a newer deploy fences the source, anything else is
+// refused.
 type Window struct {
-	Src     string    `json:"src"`
-	Dst     string    `json:"dst"`
+	Src string `json:"src"`
+	Dst string `json:"dst"`
+	// Seq is the migration's deploy: the destination's HISTORY SEQ, which
+	// oned adds before the migrate driver runs (-1 when unknown).
+	Seq int `json:"seq"`
+	// From is the deploy that runs on Src (the claim's Seq when opened).
+	From    int       `json:"from"`
 	Opened  time.Time `json:"opened"`
 	Expires time.Time `json:"expires"`
+	// DstAddrs are the client addresses of the instance started on Dst by
+	// the migration, recorded by the hook at `started`: until postmigrate
+	// says which copy won, a start elsewhere fences both.
+	DstAddrs []Addr `json:"dst_addrs,omitempty"`
+}
+
+// Same reports whether w and o are the same handover (one premigrate).
+func (w *Window) Same(o *Window) bool {
+	return w != nil && o != nil && w.Src == o.Src && w.Dst == o.Dst && w.Seq == o.Seq && w.From == o.From && w.Opened.Equal(o.Opened)
 }
 
 // Claim states.
@@ -77,19 +98,30 @@ type Who struct {
 	// this step when it is Host itself (empty when the step runs elsewhere,
 	// e.g. on the front-end). Only global unicast addresses identify a host.
 	HostIPs []netip.Addr
+	// Incoming is the handover this start or record belongs to: the window
+	// the hook's `migrate begin` accepted, kept in its incoming-migration
+	// mark. nil for every other start (the front-end's always).
+	Incoming *Window
 }
 
-// sameHost reports whether the claim's host is the host w runs on: the same
-// name (case-insensitive, or the same first label: "node1" and
-// "node1.example.com"), or a shared address.
+// sameHost reports whether the claim's host is the host w runs on.
 func sameHost(c *Claim, w Who) bool {
-	if c == nil {
-		return false
-	}
-	if strings.EqualFold(c.Host, w.Host) || (shortName(c.Host) != "" && strings.EqualFold(shortName(c.Host), shortName(w.Host))) {
+	return c != nil && isHost(c.Host, c.HostAddrs, w)
+}
+
+// isHost reports whether the host called name, with recorded addresses
+// addrs, is the host w runs on: exactly the same name (case-insensitive; a
+// first label is no identity: kvm1.dc1 and kvm1.dc2 are two hosts), a name
+// that is an IP address Ceph sees for w's clients, or a shared recorded
+// address. Only global unicast addresses identify a host.
+func isHost(name string, addrs []netip.Addr, w Who) bool {
+	if name != "" && strings.EqualFold(name, w.Host) {
 		return true
 	}
-	for _, a := range c.HostAddrs {
+	if ip, err := netip.ParseAddr(name); err == nil {
+		addrs = append([]netip.Addr{ip.Unmap()}, addrs...)
+	}
+	for _, a := range addrs {
 		for _, b := range w.HostIPs {
 			if a == b && a.IsGlobalUnicast() {
 				return true
@@ -99,19 +131,16 @@ func sameHost(c *Claim, w Who) bool {
 	return false
 }
 
-// shortName is a host name's first label ("" for an IP address).
-func shortName(h string) string {
-	if _, err := netip.ParseAddr(h); err == nil {
-		return ""
-	}
-	short, _, _ := strings.Cut(h, ".")
-	return short
-}
-
-// mark records w's addresses in c when c's host is w's own.
+// mark records w's addresses in c when c's host is w's own, keeping those
+// recorded before (the front-end's step on the host, the hook's).
 func (w Who) mark(c *Claim) {
-	if len(w.HostIPs) > 0 && strings.EqualFold(c.Host, w.Host) {
-		c.HostAddrs = w.HostIPs
+	if len(w.HostIPs) == 0 || !isHost(c.Host, c.HostAddrs, w) {
+		return
+	}
+	for _, a := range w.HostIPs {
+		if !slices.Contains(c.HostAddrs, a) {
+			c.HostAddrs = append(c.HostAddrs, a)
+		}
 	}
 }
 
@@ -152,6 +181,42 @@ type ClaimedElsewhereError struct {
 func (e *ClaimedElsewhereError) Error() string {
 	return fmt.Sprintf("VM %d: deploy #%d was claimed by host %s (%s) at %s, not by %s; refusing a second copy",
 		e.VM, e.Recorded.Seq, e.Recorded.Host, e.Recorded.Source, e.Recorded.Updated.Format(time.RFC3339), e.Host)
+}
+
+// NoHandoverError: an incoming live migration (or the start or record that
+// follows it) that the claim does not show as the handover the front-end
+// opened for the VM's current deploy, from its host to this one.
+type NoHandoverError struct {
+	VM       int
+	Host     string
+	Why      string
+	Recorded *Claim
+}
+
+func (e *NoHandoverError) Error() string {
+	cl := "no claim"
+	if c := e.Recorded; c != nil {
+		cl = fmt.Sprintf("the claim holds deploy #%d on host %s (%s, %s)", c.Seq, c.Host, c.Source, c.Updated.Format(time.RFC3339))
+	}
+	return fmt.Sprintf("VM %d: no live migration to %s was opened by the front-end for the current deploy: %s; %s. "+
+		"Migrate the VM with onevm migrate --live, not with virsh", e.VM, e.Host, e.Why, cl)
+}
+
+// AlreadyRunningError: the VM's domain already runs on the host the start is
+// for (a resume of a VM in UNKNOWN that in fact runs, a recover --retry of a
+// deploy that did start). The start would fail ("domain already exists");
+// fencing first would make the running VM I/O-dead, so nothing is fenced.
+type AlreadyRunningError struct {
+	VM     int
+	Host   string
+	Domain string
+	State  string
+}
+
+func (e *AlreadyRunningError) Error() string {
+	return fmt.Sprintf("VM %d: domain %s is already %s on host %s; not fencing it and not starting a second copy. "+
+		"If oned shows the VM in UNKNOWN or failed, it is running: use 'onevm recover --success' instead of a new start",
+		e.VM, e.Domain, e.State, e.Host)
 }
 
 // ClaimResult is the outcome of a claim operation.
@@ -215,9 +280,11 @@ func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim) (*Claim, e
 	return nil, fmt.Errorf("VM %d: claim %s/%s kept changing under us; retry", w.VM, w.Pool, oid)
 }
 
-// admit decides whether w may start the VM given the recorded claim.
+// admit decides whether w may start the VM given the recorded claim. A
+// migration window admits nothing here: only handover (the hook's start of
+// the very migration the window is for) skips these checks.
 func admit(w Who, prev *Claim, now time.Time) error {
-	if prev == nil || inWindow(prev, w.Host, now) {
+	if prev == nil {
 		return nil
 	}
 	switch {
@@ -244,6 +311,18 @@ func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*
 	res := &ClaimResult{}
 	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
 		res.Previous = prev
+		if handover(w, prev, e.now()) == nil {
+			// The incoming migration the window was opened for: the
+			// source runs the VM and stays the claim's instance until
+			// postmigrate or failmigrate says which copy won.
+			res.Handover = true
+			res.Report = e.handover(ctx, imgs)
+			next := *prev
+			next.State = StateMigrating
+			return &next, nil
+		}
+		// Anything else, a stale incoming-migration mark included, is a
+		// start: admitted or refused by the claim, and it fences.
 		if err := admit(w, prev, e.now()); err != nil {
 			return nil, err
 		}
@@ -252,25 +331,15 @@ func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*
 			seq = prev.Seq // the hook continues the deploy the front-end claimed
 		}
 		next := &Claim{Seq: seq, Host: w.Host, Source: w.Source, State: StateStarting}
-		if inWindow(prev, w.Host, e.now()) {
-			res.Handover = true
-			res.Report = e.handover(ctx, imgs)
-			next.Window, next.State = prev.Window, StateMigrating
-			next.Addrs, next.Images = prev.Addrs, prev.Images
-		} else {
-			extra, err := e.recordedFor(ctx, prev, imgs)
-			if err != nil {
-				return nil, err
-			}
-			res.Report = e.Fence(ctx, imgs, Scope{}, extra)
-			if err := res.Report.Err(); err != nil {
-				return nil, err // claim not written: the next try fences again
-			}
+		extra, err := e.recordedFor(ctx, prev, imgs)
+		if err != nil {
+			return nil, err
 		}
-		if prev != nil && prev.Source == SourceFrontend && w.Source == SourceHook && sameHost(prev, w) {
-			next.Host = prev.Host        // keep OpenNebula's name for the host
-			next.Source = SourceFrontend // keep the front-end's authority over this deploy
+		res.Report = e.Fence(ctx, imgs, Scope{}, extra)
+		if err := res.Report.Err(); err != nil {
+			return nil, err // claim not written: the next try fences again
 		}
+		continueDeploy(next, prev, w)
 		w.mark(next)
 		return next, nil
 	})
@@ -278,6 +347,86 @@ func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*
 		res.Claim = *written
 	}
 	return res, err
+}
+
+// continueDeploy keeps, when the hook continues the deploy the front-end
+// claimed for this host, OpenNebula's name for the host, the front-end's
+// authority over the deploy, and the host addresses recorded so far.
+func continueDeploy(next, prev *Claim, w Who) {
+	if prev != nil && prev.Source == SourceFrontend && w.Source == SourceHook && sameHost(prev, w) {
+		next.Host = prev.Host
+		next.Source = SourceFrontend
+		next.HostAddrs = slices.Clone(prev.HostAddrs)
+	}
+}
+
+// previousAddrs are the recorded addresses a new start fences besides the
+// visible clients: the previous instance's, and those of a copy started by
+// a migration whose outcome the claim never learnt.
+func previousAddrs(prev *Claim) []Addr {
+	if prev == nil {
+		return nil
+	}
+	out := slices.Clone(prev.Addrs)
+	if prev.Window != nil {
+		for _, a := range prev.Window.DstAddrs {
+			out = appendUnique(out, a)
+		}
+	}
+	return out
+}
+
+// handover returns nil when w is the incoming migration of the window the
+// claim holds: w carries that window (from the hook's mark), the claim
+// still holds the same one, it is open, and w runs on its destination.
+func handover(w Who, prev *Claim, now time.Time) error {
+	why := ""
+	switch {
+	case w.Incoming == nil:
+		why = "this start is not an incoming migration"
+	case prev == nil:
+		why = "the VM has no claim"
+	case prev.Window == nil:
+		why = "no migration window is open"
+	case !now.Before(prev.Window.Expires):
+		why = "the migration window expired at " + prev.Window.Expires.UTC().Format(time.RFC3339)
+	case !isHost(prev.Window.Dst, nil, w):
+		why = fmt.Sprintf("the open window is for a migration %s -> %s", prev.Window.Src, prev.Window.Dst)
+	case !prev.Window.Same(w.Incoming):
+		why = fmt.Sprintf("the open window (%s -> %s, deploy #%d, opened %s) is not the one this migration was accepted in (opened %s)",
+			prev.Window.Src, prev.Window.Dst, prev.Window.Seq, prev.Window.Opened.UTC().Format(time.RFC3339), w.Incoming.Opened.UTC().Format(time.RFC3339))
+	case prev.Window.From != prev.Seq:
+		why = fmt.Sprintf("the window was opened for deploy #%d, the claim holds deploy #%d", prev.Window.From, prev.Seq)
+	default:
+		return nil
+	}
+	return &NoHandoverError{VM: w.VM, Host: w.Host, Why: why, Recorded: prev}
+}
+
+// AcceptIncoming is the check of the hook's `migrate begin` on the
+// destination: it returns the window when the claim shows an open handover
+// the front-end opened for the VM's current deploy, from the claim's host to
+// w's host, and a *NoHandoverError otherwise. It reads the claim without the
+// lease and changes nothing.
+func (e *Engine) AcceptIncoming(ctx context.Context, w Who) (*Window, error) {
+	prev, err := e.ReadClaim(ctx, w.Pool, w.VM)
+	if err != nil {
+		return nil, err
+	}
+	if prev != nil && prev.Window != nil {
+		w.Incoming = prev.Window
+	} else {
+		w.Incoming = &Window{}
+	}
+	if err := handover(w, prev, e.now()); err != nil {
+		return nil, err
+	}
+	if !isHost(prev.Window.Src, prev.HostAddrs, Who{Host: prev.Host}) {
+		return nil, &NoHandoverError{VM: w.VM, Host: w.Host, Recorded: prev,
+			Why: fmt.Sprintf("the window is from %s, the claim's instance runs on %s", prev.Window.Src, prev.Host)}
+	}
+	win := *prev.Window
+	return &win, nil
 }
 
 // checkStart is Start's dry run: it reads the claim without taking the lease
@@ -288,13 +437,13 @@ func (e *Engine) checkStart(ctx context.Context, w Who, imgs []Image) (*ClaimRes
 		return nil, err
 	}
 	res := &ClaimResult{Previous: prev}
-	if err := admit(w, prev, e.now()); err != nil {
-		return res, err
-	}
-	if inWindow(prev, w.Host, e.now()) {
+	if handover(w, prev, e.now()) == nil {
 		res.Handover = true
 		res.Report = e.handover(ctx, imgs)
 		return res, nil
+	}
+	if err := admit(w, prev, e.now()); err != nil {
+		return res, err
 	}
 	res.Report = e.Check(ctx, imgs, Scope{})
 	extra, err := e.recordedFor(ctx, prev, imgs)
@@ -321,12 +470,19 @@ func (e *Engine) checkStart(ctx context.Context, w Who, imgs []Image) (*ClaimRes
 // marking the claim running: per image, the watchers in scope of each image
 // the VM writes exclusively (never a shareable or read-only image's, which
 // may be other VMs' clients), in the claim and with the image itself.
+// For the destination of the incoming migration the claim's window is for
+// (w.Incoming, see handover) it records them in the window instead: the source stays the claim's instance until
+// postmigrate or failmigrate.
 func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (*ClaimResult, error) {
 	res := &ClaimResult{}
+	incoming := false
 	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
 		res.Previous = prev
-		if err := admit(w, prev, e.now()); err != nil {
-			return nil, err
+		incoming = handover(w, prev, e.now()) == nil
+		if !incoming {
+			if err := admit(w, prev, e.now()); err != nil {
+				return nil, err
+			}
 		}
 		r := e.inspect(ctx, imgs, scope, false)
 		r.count()
@@ -334,44 +490,73 @@ func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (
 		if err := r.Err(); err != nil {
 			return nil, err
 		}
+		if incoming {
+			// Only the images the VM writes exclusively, as for the claim's
+			// own record: a shared image's clients may be other VMs'.
+			var dst Claim
+			recordImages(&dst, nil, r, scope)
+			next := *prev
+			win := *prev.Window
+			win.DstAddrs = dst.Addrs
+			next.Window = &win
+			return &next, nil
+		}
 		next := &Claim{Seq: w.Seq, Host: w.Host, Source: w.Source, State: StateRunning}
+		recordImages(next, prev, r, scope)
 		if prev != nil {
 			if next.Seq < 0 {
 				next.Seq = prev.Seq
 			}
-			if prev.Source == SourceFrontend && sameHost(prev, w) {
-				next.Host = prev.Host
-				next.Source = SourceFrontend
+			if sameHost(prev, w) {
+				next.HostAddrs = slices.Clone(prev.HostAddrs)
 			}
+			continueDeploy(next, prev, w)
 		}
-		recordImages(next, prev, r, scope)
 		w.mark(next)
 		return next, nil
 	})
 	if written != nil {
 		res.Claim = *written
-		if err == nil {
+		if err == nil && !incoming {
 			err = e.writeImageRecords(ctx, w, written, imgs)
 		}
 	}
 	return res, err
 }
 
-// OpenWindow opens the live-migration handover from src to dst for ttl: a
-// start of the VM on dst fences nothing while it is open. It fences nothing.
+// OpenWindow opens the live-migration handover of deploy w.Seq (the
+// destination's HISTORY SEQ) from src to dst for ttl: the incoming migration
+// the destination's hook accepts in this window fences nothing. It fences
+// nothing itself, and the claim keeps the deploy that runs on src: the
+// destination's deploy is only the claim's when postmigrate says so. A
+// migration of an older deploy than the claim's is refused.
 func (e *Engine) OpenWindow(ctx context.Context, w Who, src, dst string, ttl time.Duration) (*ClaimResult, error) {
 	res := &ClaimResult{}
 	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
 		res.Previous = prev
-		next := &Claim{Seq: w.Seq, Host: src, Source: w.Source, State: StateMigrating}
+		if prev != nil && w.Seq >= 0 && (prev.Seq > w.Seq || (prev.Window != nil && prev.Window.Seq > w.Seq)) {
+			return nil, &NewerDeployError{VM: w.VM, Ours: w.Seq, Recorded: *prev}
+		}
+		var next *Claim
 		if prev != nil {
-			next.Addrs = prev.Addrs
-			if next.Seq < 0 || prev.Seq > next.Seq {
-				next.Seq = prev.Seq
+			c := *prev
+			next = &c
+		} else {
+			// No claim yet (the VM started before rbdfence): the source
+			// runs the deploy before the migration's, whose HISTORY record
+			// oned added before running the migrate driver.
+			from := -1
+			if w.Seq > 0 {
+				from = w.Seq - 1
 			}
+			next = &Claim{Seq: from, Host: src, Source: w.Source}
+		}
+		next.State = StateMigrating
+		if prev != nil && isHost(src, nil, w) && sameHost(prev, w) {
+			src = prev.Host // the claim's name for the source (the step runs there)
 		}
 		now := e.now().UTC()
-		next.Window = &Window{Src: src, Dst: dst, Opened: now, Expires: now.Add(ttl)}
+		next.Window = &Window{Src: src, Dst: dst, Seq: w.Seq, From: next.Seq, Opened: now, Expires: now.Add(ttl)}
 		w.mark(next)
 		return next, nil
 	})
@@ -405,9 +590,17 @@ func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst 
 	res := &ClaimResult{}
 	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
 		res.Previous = prev
+		if prev != nil && w.Seq >= 0 && prev.Seq > w.Seq {
+			// A late postmigrate or failmigrate of an older deploy: the
+			// claim's instance is newer and must not be fenced.
+			return nil, &NewerDeployError{VM: w.VM, Ours: w.Seq, Recorded: *prev}
+		}
 		next := &Claim{Seq: w.Seq, Source: w.Source, State: StateRunning}
 		if prev != nil && (next.Seq < 0 || prev.Seq > next.Seq) {
 			next.Seq = prev.Seq
+		}
+		if outcome == Migrated && prev != nil && prev.Window != nil && prev.Window.Seq > next.Seq {
+			next.Seq = prev.Window.Seq // the destination's deploy is now the claim's
 		}
 		switch outcome {
 		case Migrated:
@@ -438,6 +631,21 @@ func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst 
 				kept = &Claim{Images: prev.Images}
 			}
 			recordImages(next, kept, e.inspect(ctx, imgs, here, false), here)
+			if prev != nil && prev.Window != nil {
+				// The destination's addresses the hook recorded at started
+				// and that are not visible now (its host cut off) stay
+				// recorded, image unknown.
+				for _, a := range prev.Window.DstAddrs {
+					if !slices.Contains(next.Addrs, a) {
+						if next.Images == nil {
+							next.Images = map[string][]Addr{}
+						}
+						next.Images[LegacyImage] = appendUnique(next.Images[LegacyImage], a)
+						next.Addrs = appendUnique(next.Addrs, a)
+					}
+				}
+				sortAddrs(next.Addrs)
+			}
 		}
 		w.mark(next)
 		return next, nil
@@ -495,16 +703,53 @@ func (e *Engine) ReadClaim(ctx context.Context, pool string, vm int) (*Claim, er
 	return &c, nil
 }
 
+// ResetClaim empties the VM's claim under its lease: the operator's way out
+// of a claim that refuses every start (rbdfence claim reset, claim gc). It
+// refuses with a *ClaimHeldError while a run holds the lease (a start or a
+// migration step is under way) and returns the claim it removed (nil when
+// there was none; a corrupt claim is removed and returned as nil too).
+func (e *Engine) ResetClaim(ctx context.Context, w Who) (*Claim, error) {
+	oid := ClaimObject(w.VM)
+	err := e.c.AcquireLease(ctx, w.Pool, oid, w.cookie(), e.o.Lease)
+	var held *LeaseHeldError
+	if errors.As(err, &held) {
+		return nil, &ClaimHeldError{VM: w.VM, Holder: held.Holder}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("VM %d: cannot take the claim lease %s/%s: %w", w.VM, w.Pool, oid, err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = e.c.ReleaseLease(rctx, w.Pool, oid, w.cookie())
+	}()
+	data, ver, err := e.c.ReadObject(ctx, w.Pool, oid)
+	if errors.Is(err, ErrObjectNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("VM %d: cannot read claim %s/%s: %w", w.VM, w.Pool, oid, err)
+	}
+	var prev *Claim
+	if len(data) > 0 {
+		prev = &Claim{}
+		if json.Unmarshal(data, prev) != nil {
+			prev = nil
+		}
+	}
+	if len(data) == 0 {
+		return nil, nil
+	}
+	if err := e.c.WriteObject(ctx, w.Pool, oid, nil, ver); err != nil {
+		return nil, fmt.Errorf("VM %d: cannot reset claim %s/%s: %w", w.VM, w.Pool, oid, err)
+	}
+	return prev, nil
+}
+
 // WriteClaim replaces the VM's claim under its lease (admin and tests).
 func (e *Engine) WriteClaim(ctx context.Context, w Who, c Claim) error {
 	_, err := e.txn(ctx, w, func(*Claim) (*Claim, error) { return &c, nil })
 	return err
-}
-
-// inWindow reports whether an open handover window admits host as destination.
-func inWindow(c *Claim, host string, now time.Time) bool {
-	return c != nil && c.Window != nil && now.Before(c.Window.Expires) &&
-		(strings.EqualFold(c.Window.Dst, host) || (shortName(host) != "" && strings.EqualFold(shortName(c.Window.Dst), shortName(host))))
 }
 
 func appendUnique(as []Addr, a Addr) []Addr {

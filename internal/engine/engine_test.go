@@ -293,12 +293,22 @@ func TestMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	srcC := f.Open(im, "10.0.0.1", true)
-	if _, err := e.OpenWindow(ctx, who("src", 1, engine.SourceFrontend), "src", "dst", time.Minute); err != nil {
+	if _, err := e.OpenWindow(ctx, who("src", 2, engine.SourceFrontend), "src", "dst", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	// The destination's hook prepares the incoming VM: nothing is fenced.
-	res, err := e.Start(ctx, who("dst", -1, engine.SourceHook), []engine.Image{im}, false)
-	if err != nil || !res.Handover {
+	// The destination's hook accepts the incoming migration (migrate begin)
+	// and prepares it: nothing is fenced.
+	hk := who("dst", -1, engine.SourceHook)
+	win, err := e.AcceptIncoming(ctx, hk)
+	if err != nil || win.Src != "src" || win.Dst != "dst" || win.Seq != 2 || win.From != 1 {
+		t.Fatalf("migrate begin on dst: %+v %v", win, err)
+	}
+	if _, err := e.AcceptIncoming(ctx, who("other", -1, engine.SourceHook)); err == nil {
+		t.Fatal("an incoming migration on a host the window is not for must be refused")
+	}
+	hk.Incoming = win
+	res, err := e.Start(ctx, hk, []engine.Image{im}, false)
+	if err != nil || !res.Handover || res.Claim.Host != "src" || res.Claim.Seq != 1 {
 		t.Fatalf("start on dst in window: %+v %v", res, err)
 	}
 	if _, ok := f.Blocklisted(srcC); ok {
@@ -341,7 +351,7 @@ func TestMigration(t *testing.T) {
 	})
 	t.Run("postmigrate fences a lock owner off dst", func(t *testing.T) {
 		dst2 := f.Open(im, "10.0.0.2", false)
-		res, err := e.CloseWindow(ctx, who("dst", 1, engine.SourceFrontend), []engine.Image{im}, "src", "dst", dstIPs, engine.Migrated)
+		res, err := e.CloseWindow(ctx, who("dst", 2, engine.SourceFrontend), []engine.Image{im}, "src", "dst", dstIPs, engine.Migrated)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -355,6 +365,30 @@ func TestMigration(t *testing.T) {
 			t.Fatalf("claim after postmigrate: %+v", res.Claim)
 		}
 	})
+}
+
+// TestLateCloseWindowRefused: a postmigrate or failmigrate of deploy #2
+// arriving after deploy #5 was claimed elsewhere fences nothing.
+func TestLateCloseWindowRefused(t *testing.T) {
+	f := enginetest.NewFake()
+	im := img("a")
+	f.CreateImage(im)
+	e := engine.New(f, engine.Options{})
+	if _, err := e.Start(ctx, who("h5", 5, engine.SourceFrontend), []engine.Image{im}, false); err != nil {
+		t.Fatal(err)
+	}
+	inst := f.Open(im, "10.0.0.5", true)
+	dstIPs := []netip.Addr{netip.MustParseAddr("10.0.0.2")}
+	for _, o := range []engine.MigrationOutcome{engine.Migrated, engine.Failed, engine.FailedFromSource} {
+		_, err := e.CloseWindow(ctx, who("dst", 2, engine.SourceFrontend), []engine.Image{im}, "src", "dst", dstIPs, o)
+		var nd *engine.NewerDeployError
+		if !errors.As(err, &nd) {
+			t.Fatalf("outcome %d of deploy #2 after #5: want NewerDeployError, got %v", o, err)
+		}
+	}
+	if _, ok := f.Blocklisted(inst); ok {
+		t.Fatal("a late migration step fenced the newer instance")
+	}
 }
 
 func TestOnBlocklistedBeforeLockBreak(t *testing.T) {
@@ -447,7 +481,10 @@ func TestHookRecognisesItsHost(t *testing.T) {
 		admitted bool
 	}{
 		{"registered by IP, step ran on the host", engine.Who{Host: "10.0.0.5", HostIPs: ip("10.0.0.5")}, engine.Who{Host: "node1", HostIPs: ip("10.0.0.5")}, true},
-		{"FQDN vs short name", engine.Who{Host: "node1.example.com"}, engine.Who{Host: "node1", HostIPs: ip("10.0.0.5")}, true},
+		{"FQDN vs short name, step ran on the host", engine.Who{Host: "node1.example.com", HostIPs: ip("10.0.0.5")}, engine.Who{Host: "node1", HostIPs: ip("10.0.0.5")}, true},
+		{"a first label is no identity", engine.Who{Host: "node1.example.com"}, engine.Who{Host: "node1", HostIPs: ip("10.0.0.5")}, false},
+		{"same first label, other domain", engine.Who{Host: "kvm1.dc1.example", HostIPs: ip("10.0.0.5")}, engine.Who{Host: "kvm1.dc2.example", HostIPs: ip("10.0.1.5")}, false},
+		{"registered by IP, step ran on the front-end", engine.Who{Host: "10.0.0.5"}, engine.Who{Host: "node1", HostIPs: ip("10.0.0.5")}, true},
 		{"case", engine.Who{Host: "Node1"}, engine.Who{Host: "node1"}, true},
 		{"another host", engine.Who{Host: "10.0.0.5", HostIPs: ip("10.0.0.5")}, engine.Who{Host: "node2", HostIPs: ip("10.0.0.6")}, false},
 		{"loopback is no identity", engine.Who{Host: "a", HostIPs: ip("127.0.0.1")}, engine.Who{Host: "b", HostIPs: ip("127.0.0.1")}, false},

@@ -158,13 +158,10 @@ func (e *Engine) ReadImageRecord(ctx context.Context, img Image) (*ImageRecord, 
 
 // recordedFor returns the addresses a start of the VM on imgs must fence even
 // when they are not visible: those its claim recorded for the previous
-// instance, and the last recorded writers of the images it writes
+// instance (and for a migration's copy, previousAddrs), and the last recorded writers of the images it writes
 // exclusively (which may be another VM's: the image moved).
 func (e *Engine) recordedFor(ctx context.Context, prev *Claim, imgs []Image) ([]Addr, error) {
-	var out []Addr
-	if prev != nil {
-		out = append(out, prev.Addrs...)
-	}
+	out := previousAddrs(prev)
 	// One read per image, at most Concurrency at once (a start's latency).
 	recs := make([]*ImageRecord, len(imgs))
 	errs := make([]error, len(imgs))

@@ -56,7 +56,10 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 			Client: c.Client, Address: c.Address, Cookie: c.Cookie, Action: string(c.Action), Expire: c.Expire, Result: "ok"}}, source)
 		failpoint.Hit("after-blocklist")
 	}
-	base := engine.Who{VM: req.VM, Seq: req.Seq, Host: req.Host, Source: req.Source, Run: req.Run}
+	base := engine.Who{VM: req.VM, Seq: req.Seq, Host: req.Host, Source: req.Source, Run: req.Run, Incoming: req.Incoming}
+	if err := refuseRunning(ctx, cfg, req); err != nil {
+		return fail(err)
+	}
 	meta := audit.Meta{Run: req.Run, Op: req.Op, VM: req.VM, Host: req.Host}
 
 	// A start with disks in several clusters (or reached with several Ceph
@@ -134,7 +137,7 @@ func runGroup(ctx context.Context, cfg *config.Config, req *hoststep.Request, g 
 	}
 	defer sess.Close()
 	who.Pool = ClaimPool(cfg)
-	if cfg.Ceph.ClaimPool == "" && req.Op != hoststep.OpCheck && !dry {
+	if cfg.Ceph.ClaimPool == "" && req.Op != hoststep.OpCheck && req.Op != hoststep.OpIncoming && !dry {
 		// Upgrade: the claim moves from the first disk's pool once.
 		if _, err := sess.Engine.MoveClaim(ctx, who, legacyPools(g)); err != nil {
 			return nil, err
@@ -175,6 +178,12 @@ func runGroup(ctx context.Context, cfg *config.Config, req *hoststep.Request, g 
 		return sess.Engine.CloseWindow(ctx, who, g.Images, req.Src, req.Dst, ips, outcome)
 	case hoststep.OpAttach:
 		return sess.Engine.Attach(ctx, who, g.Images)
+	case hoststep.OpIncoming:
+		win, err := sess.Engine.AcceptIncoming(ctx, who)
+		if win == nil {
+			return nil, err
+		}
+		return &engine.ClaimResult{Claim: engine.Claim{VM: req.VM, Host: win.Src, State: engine.StateMigrating, Window: win}}, err
 	}
 	return nil, fmt.Errorf("unknown op %q", req.Op)
 }

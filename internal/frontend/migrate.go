@@ -122,7 +122,7 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 	}
 	req := &hoststep.Request{Op: op, VM: a.VM, Seq: m.vm.Seq, Host: host, Src: a.Src, Dst: a.Dst, Run: m.run,
 		Source: engine.SourceFrontend, Disks: m.vm.Disks}
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(e.Cfg.Timeouts.Total))
+	ctx, cancel := e.stepContext(ctx)
 	defer cancel()
 	resp, err := e.hostStep(ctx, host, req, pl)
 	if err != nil && op == hoststep.OpFailmigrate && a.Src != a.Dst {

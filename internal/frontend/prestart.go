@@ -90,7 +90,7 @@ func Prestart(ctx context.Context, e *Env, in StartInput) (*StartResult, error) 
 			return nil, errorf(outcome.Usage, in.VM, "VM %d: %v", in.VM, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(e.Cfg.Timeouts.Total))
+	ctx, cancel := e.stepContext(ctx)
 	defer cancel()
 
 	vm, err := e.readVM(ctx, in.VM)

@@ -271,7 +271,7 @@ func (e *Env) hostStepOnce(ctx context.Context, host string, req *hoststep.Reque
 	}
 	stdout := &capBuffer{max: hoststep.MaxSize}
 	stderr := &capBuffer{max: 64 << 10}
-	timeout := time.Duration(e.Cfg.Timeouts.SSH)
+	timeout := e.stepBudget()
 	code, rerr := run(ctx, proc{argv: argv, stdin: bytes.NewReader(body), stdout: stdout, stderr: stderr, timeout: timeout})
 	if rerr == nil && !stdout.over {
 		resp, perr := hoststep.ReadResponse(bytes.NewReader(stdout.buf.Bytes()))
@@ -287,7 +287,7 @@ func (e *Env) hostStepOnce(ctx context.Context, host string, req *hoststep.Reque
 	why := lastLine(stderr.buf.Bytes())
 	switch {
 	case errors.Is(rerr, errTimeout):
-		return nil, errorf(outcome.Unavailable, req.VM, "VM %d: the %s step on %s did not answer within timeouts.ssh (%s)", req.VM, req.Op, where, timeout)
+		return nil, errorf(outcome.Unavailable, req.VM, "VM %d: the %s step on %s did not answer within timeouts.ssh + timeouts.total (%s)", req.VM, req.Op, where, timeout)
 	case rerr != nil:
 		return nil, errorf(outcome.Unavailable, req.VM, "VM %d: cannot run the %s step on %s: %v", req.VM, req.Op, where, rerr)
 	case !e.local(pl) && code == 255:
@@ -334,4 +334,22 @@ func (e *Env) remoteAction(ctx context.Context, host string, remote []string, st
 		return -1, err
 	}
 	return run(ctx, proc{argv: argv, stdin: bytes.NewReader(stdin), stdout: stdout, stderr: stderr, timeout: time.Duration(e.Cfg.Timeouts.Action)})
+}
+
+// hostGrace is how long a host step may run past timeouts.total on the
+// host: a Ceph call stuck in C ignores its context.
+const hostGrace = 5 * time.Second
+
+// stepBudget bounds one host step as the front-end waits for it: ssh's
+// connect (timeouts.ssh, sshArgv's ConnectTimeout), then the step's own
+// bound on the host (timeouts.total) and its grace. timeouts.ssh alone
+// would cut off a slow but legitimate fence the host still allows.
+func (e *Env) stepBudget() time.Duration {
+	return time.Duration(e.Cfg.Timeouts.SSH) + time.Duration(e.Cfg.Timeouts.Total) + hostGrace
+}
+
+// stepContext bounds a front-end run that ends in a host step: reading the
+// VM from oned (timeouts.oned), then the step (stepBudget).
+func (e *Env) stepContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, time.Duration(e.Cfg.Timeouts.Oned)+e.stepBudget())
 }

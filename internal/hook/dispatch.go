@@ -8,15 +8,20 @@
 //
 //	prepare begin   fence: claim the VM (domains one-<ID>) and fence every
 //	                foreign client of its RBD disks, or fence without a claim
-//	                (other domains); nothing when an incoming-migration mark
-//	                for the domain is fresh
-//	migrate begin   incoming migration: write the domain's mark (fresh for
-//	                fence.migration_window at most)
+//	                (other domains). With a fresh incoming-migration mark it
+//	                fences nothing only while the VM's claim still holds the
+//	                window the mark was accepted in (other domains: while the
+//	                mark is fresh); a stale mark is checked as a start
+//	migrate begin   incoming migration: a VM's is accepted only when its
+//	                claim holds the handover window the front-end's
+//	                premigrate opened for the current deploy, from the
+//	                claim's host to this one (refused otherwise); the
+//	                domain's mark keeps that window
 //	release end     remove the mark
 //	stopped end     remove the mark
 //	started begin   record the new QEMU's client addresses in the VM's claim;
-//	                with a fresh mark (incoming migration) remove the mark
-//	                instead: the front-end's postmigrate records the instance
+//	                after an incoming migration in the claim's window, and
+//	                remove the mark (postmigrate makes them the claim's)
 //	anything else   nothing (stdin is drained, exit 0 at once)
 //
 // The hook never calls libvirt (libvirtd waits for it: a call back would

@@ -98,7 +98,7 @@ func TestMarks(t *testing.T) {
 			now := t0
 			m := Marks{Dir: dir, Window: 30 * time.Minute, Now: func() time.Time { return now }}
 			if tt.set {
-				if err := m.Set("one-42", "run1"); err != nil {
+				if err := m.Set("one-42", "run1", nil); err != nil {
 					t.Fatal(err)
 				}
 				st, err := os.Stat(m.Path("one-42"))
@@ -137,7 +137,7 @@ func TestMarks(t *testing.T) {
 
 func TestMarkPerDomainAndGarbage(t *testing.T) {
 	m := Marks{Dir: t.TempDir(), Window: time.Hour}
-	if err := m.Set("one-1", "r"); err != nil {
+	if err := m.Set("one-1", "r", nil); err != nil {
 		t.Fatal(err)
 	}
 	if fresh, _, _ := m.Fresh("one-2"); fresh {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"time"
+
+	"github.com/rbdfence/rbdfence/internal/engine"
 )
 
 // MarkDir is the directory under state_dir that holds incoming-migration
@@ -20,10 +22,12 @@ const MarkDir = "migrating"
 const clockSkew = time.Minute
 
 // Marks are the incoming-migration marks of this host: `migrate begin`
-// writes <state_dir>/migrating/<domain>, the `prepare begin` that follows
-// for that domain sees it and fences nothing (the source of the migration
-// is legitimately running), `release end` and `stopped end` remove it, and
-// a mark older than Window counts as absent (and is removed when seen).
+// writes <state_dir>/migrating/<domain> with the handover window it
+// accepted, the `prepare begin` that follows for that domain fences nothing
+// (the source of the migration is legitimately running) only while the
+// VM's claim still holds that very window, `release end` and `stopped end`
+// remove it, and a mark older than Window counts as absent (and is removed
+// when seen).
 type Marks struct {
 	// Dir is <state_dir>/migrating.
 	Dir string
@@ -38,6 +42,9 @@ type Mark struct {
 	Domain string    `json:"domain"`
 	Time   time.Time `json:"time"`
 	Run    string    `json:"run,omitempty"`
+	// Window is the claim's handover window the migration was accepted in
+	// (nil for a domain that is not an OpenNebula VM).
+	Window *engine.Window `json:"window,omitempty"`
 }
 
 func (m Marks) now() time.Time {
@@ -62,14 +69,14 @@ func (m Marks) Path(domain string) string {
 }
 
 // Set writes the mark of domain (mode 0600, its directory 0700) atomically.
-func (m Marks) Set(domain, run string) error {
+func (m Marks) Set(domain, run string, win *engine.Window) error {
 	if err := os.MkdirAll(m.Dir, 0o700); err != nil {
 		return fmt.Errorf("migration mark: %w", err)
 	}
 	if err := os.Chmod(m.Dir, 0o700); err != nil {
 		return fmt.Errorf("migration mark: %w", err)
 	}
-	b, err := json.Marshal(Mark{Domain: domain, Time: m.now().UTC(), Run: run})
+	b, err := json.Marshal(Mark{Domain: domain, Time: m.now().UTC(), Run: run, Window: win})
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,9 @@ import (
 
 // TestRunsAreCounted: the hook adds its runs to the Prometheus textfile
 // like every other run of rbdfence: a fail-closed start, a fail-open start
-// and an incoming migration's prepare, each under op hook_prepare.
+// and an incoming migration's prepare (of a domain that is not an
+// OpenNebula VM: a VM's is checked against its claim in Ceph), each under
+// op hook_prepare.
 func TestRunsAreCounted(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -28,7 +30,7 @@ func TestRunsAreCounted(t *testing.T) {
 		{name: "fail open", extra: "fence:\n  fail_open: true\n", steps: []string{"web prepare begin -"}, want: map[string]map[string]float64{
 			metrics.Runs: {"hook_prepare,": 1}, metrics.Errors: {"hook_prepare,ceph": 1},
 		}},
-		{name: "incoming migration", steps: []string{"one-42 migrate begin -", "one-42 prepare begin -"}, want: map[string]map[string]float64{
+		{name: "incoming migration", steps: []string{"web migrate begin -", "web prepare begin -"}, want: map[string]map[string]float64{
 			metrics.Runs: {"hook_prepare,": 1}, metrics.LastOK: {"hook_prepare,": 1},
 		}},
 	} {

@@ -91,7 +91,7 @@ func Run(ctx context.Context, inv Invocation, o Options) error {
 	case ActFence:
 		return r.prepare(ctx)
 	case ActMarkMigration:
-		return r.migrate()
+		return r.migrate(ctx)
 	case ActClearMark:
 		r.clear()
 		return nil
@@ -168,12 +168,22 @@ func (r *runner) prepare(ctx context.Context) (err error) {
 	var resp *hoststep.Response
 	defer func() { r.countRun(cfg, metricPrepare, resp, err) }()
 	fresh, mk, err := marks(cfg).Fresh(r.inv.Domain)
+	var incoming *engine.Window
 	switch {
 	case err != nil:
 		r.log.WithError(err).Warn("cannot read the incoming-migration mark: fencing as for a start")
-	case fresh:
-		r.log.WithField("marked", mk.Time.Format(time.RFC3339)).Info("incoming migration: not fencing (the source runs the VM)")
+	case fresh && dom.VMID < 0:
+		// Not an OpenNebula VM: no claim, no window to check the mark against.
+		r.log.WithField("marked", mk.Time.Format(time.RFC3339)).Info("incoming migration: not fencing (the source runs the domain)")
 		return nil
+	case fresh:
+		// A handover only while the claim still holds the window this
+		// migration was accepted in; otherwise the engine judges and
+		// fences this as a start.
+		incoming = mk.Window
+		if incoming == nil {
+			incoming = &engine.Window{}
+		}
 	case mk != nil:
 		r.log.WithField("marked", mk.Time.Format(time.RFC3339)).Warn("expired incoming-migration mark removed: fencing as for a start")
 	}
@@ -181,7 +191,7 @@ func (r *runner) prepare(ctx context.Context) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
 	defer cancel()
 	if dom.VMID >= 0 {
-		req := &hoststep.Request{Op: hoststep.OpStart, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks}
+		req := &hoststep.Request{Op: hoststep.OpStart, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks, Incoming: incoming}
 		if err := req.Validate(); err != nil {
 			return r.fail(outcome.Usage, err)
 		}
@@ -208,6 +218,12 @@ func (r *runner) prepare(ctx context.Context) (err error) {
 	}
 	if resp.Error != "" {
 		r.log.Warn(resp.Error)
+	}
+	switch {
+	case incoming != nil && resp.Handover:
+		r.log.Info("incoming migration: not fencing (the source runs the VM; the claim holds its handover window)")
+	case incoming != nil:
+		r.log.WithField("marked", mk.Time.Format(time.RFC3339)).Warn("the incoming-migration mark is not the claim's open handover: checked and fenced as a start")
 	}
 	r.log.WithField("handover", resp.Handover).Debug("start admitted")
 	return nil
@@ -285,9 +301,13 @@ func (r *runner) publish(ctx context.Context, cfg *config.Config, resp *hoststep
 	}
 }
 
-// migrate is `migrate begin` on the destination of a live migration: mark
-// the domain so that the prepare that follows does not fence the source.
-func (r *runner) migrate() error {
+// migrate is `migrate begin` on the destination of a live migration. An
+// OpenNebula VM's migration is accepted only when its claim shows the
+// handover the front-end's premigrate opened for the VM's current deploy
+// from the claim's host to this one; anything else (a stale copy migrated
+// by libvirt alone) is refused here, before QEMU starts. The accepted
+// window is kept in the domain's mark for the prepare that follows.
+func (r *runner) migrate(ctx context.Context) error {
 	dom, err := r.domain()
 	if err != nil {
 		return r.fail(outcome.Usage, err)
@@ -299,11 +319,39 @@ func (r *runner) migrate() error {
 	if err != nil {
 		return r.fail(outcome.Usage, err)
 	}
-	if err := marks(cfg).Set(r.inv.Domain, r.run); err != nil {
+	var win *engine.Window
+	if dom.VMID >= 0 {
+		ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
+		defer cancel()
+		req := &hoststep.Request{Op: hoststep.OpIncoming, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks}
+		if err := req.Validate(); err != nil {
+			return r.fail(outcome.Usage, err)
+		}
+		resp := bounded(ctx, cfg, func(ctx context.Context) *hoststep.Response { return fencer.Do(ctx, cfg, req) })
+		switch {
+		case resp.OK && resp.Claim != nil && resp.Claim.Window != nil:
+			win = resp.Claim.Window
+		case resp.OK:
+			// No claim to check (no RBD disk on a claimable access).
+		case resp.Kind == outcome.Unavailable && cfg.Fence.FailOpen:
+			// The mark then holds no window: the prepare that follows is
+			// checked (and fenced) as a start.
+			r.log.WithError(errors.New(resp.Error)).Warn("Ceph check impossible; accepting the migration because fence.fail_open is true")
+		case resp.Kind == outcome.Unavailable:
+			return r.fail(resp.Kind, fmt.Errorf("%s (fail closed: fence.fail_open is false)", resp.Error))
+		default:
+			return r.fail(resp.Kind, errors.New(resp.Error))
+		}
+	}
+	if err := marks(cfg).Set(r.inv.Domain, r.run, win); err != nil {
 		// Without the mark the prepare would fence the running source.
 		return r.fail(outcome.Failure, err)
 	}
-	r.log.Info("incoming migration marked")
+	if win != nil {
+		r.log.WithFields(logrus.Fields{"src": win.Src, "deploy": win.Seq, "expires": win.Expires.Format(time.RFC3339)}).Info("incoming migration accepted: the claim holds its handover")
+	} else {
+		r.log.Info("incoming migration marked")
+	}
 	return nil
 }
 
@@ -338,24 +386,28 @@ func (r *runner) record(ctx context.Context) {
 		return
 	}
 	m := marks(cfg)
-	if fresh, _, err := m.Fresh(r.inv.Domain); err == nil && fresh {
+	var incoming *engine.Window
+	if fresh, mk, err := m.Fresh(r.inv.Domain); err == nil && fresh {
 		// The incoming migration's start sequence is over: the mark has done
 		// its job. Removing it now keeps a later start of this domain here
 		// (after a failed migration whose release hook never came) from
-		// skipping the fence. The front-end's postmigrate records the
-		// instance when the migration ends.
+		// skipping the fence. This instance is recorded in the claim's
+		// window; the front-end's postmigrate makes it the claim's.
 		if err := m.Clear(r.inv.Domain); err != nil {
 			r.log.WithError(err).Warn("cannot clear the incoming-migration mark (it expires on its own)")
 		}
-		r.log.Debug("incoming migration: not recording; mark cleared")
-		return
+		if mk.Window == nil {
+			r.log.Debug("incoming migration: not recording; mark cleared")
+			return
+		}
+		incoming = mk.Window
 	}
 	if dom.VMID < 0 {
 		return // no claim for a domain that is not an OpenNebula VM
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
 	defer cancel()
-	req := &hoststep.Request{Op: hoststep.OpRecord, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks}
+	req := &hoststep.Request{Op: hoststep.OpRecord, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks, Incoming: incoming}
 	resp := bounded(ctx, cfg, func(ctx context.Context) *hoststep.Response { return fencer.Do(ctx, cfg, req) })
 	r.countRun(cfg, metricRecord, resp, nil)
 	if !resp.OK {
@@ -364,7 +416,11 @@ func (r *runner) record(ctx context.Context) {
 	}
 	var addrs []string
 	if resp.Claim != nil {
-		for _, a := range resp.Claim.Addrs {
+		recorded := resp.Claim.Addrs
+		if incoming != nil && resp.Claim.Window != nil {
+			recorded = resp.Claim.Window.DstAddrs
+		}
+		for _, a := range recorded {
 			addrs = append(addrs, a.String())
 		}
 	}

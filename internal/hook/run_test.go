@@ -74,7 +74,8 @@ func TestRunWithoutCeph(t *testing.T) {
 		missing bool   // explicit config path that does not exist
 		domains string
 		steps   []step
-		mark    bool // the domain one-42 is marked at the end
+		mark    bool   // the domain markDom is marked at the end
+		markDom string // "" means one-42
 	}{
 		{name: "other ops exit at once", steps: []step{
 			{args: "one-42 start begin -", xml: domainXML("one-42", true)},
@@ -92,30 +93,36 @@ func TestRunWithoutCeph(t *testing.T) {
 		{name: "RBD disk, Ceph unreachable: fail open", cfg: "fence:\n  fail_open: true\n", steps: []step{
 			{args: "one-42 prepare begin -", xml: domainXML("one-42", true)},
 		}},
-		{name: "incoming migration: prepare leaves Ceph alone", steps: []step{
+		{name: "incoming migration of a VM: checked against the claim, fail closed", steps: []step{
+			{args: "one-42 migrate begin -", xml: domainXML("one-42", true), wantErr: "not accepting the incoming migration of one-42: cannot reach Ceph monitors", kind: outcome.Unavailable},
+		}},
+		{name: "incoming migration of a VM, fail open: marked without a window", cfg: "fence:\n  fail_open: true\n", steps: []step{
 			{args: "one-42 migrate begin -", xml: domainXML("one-42", true)},
-			{args: "one-42 prepare begin -", xml: domainXML("one-42", true)},
-			{args: "one-42 start begin -", xml: domainXML("one-42", true)},
 		}, mark: true},
-		{name: "incoming migration: started clears the mark", steps: []step{
-			{args: "one-42 migrate begin -", xml: domainXML("one-42", true)},
-			{args: "one-42 prepare begin -", xml: domainXML("one-42", true)},
-			{args: "one-42 start begin -", xml: domainXML("one-42", true)},
-			{args: "one-42 started begin -", xml: domainXML("one-42", true)},
-			{args: "one-42 prepare begin -", xml: domainXML("one-42", true), wantErr: "Ceph", kind: outcome.Unavailable},
+		{name: "incoming migration of another domain: prepare leaves Ceph alone", markDom: "web", steps: []step{
+			{args: "web migrate begin -", xml: domainXML("web", true)},
+			{args: "web prepare begin -", xml: domainXML("web", true)},
+			{args: "web start begin -", xml: domainXML("web", true)},
+		}, mark: true},
+		{name: "incoming migration: started clears the mark", markDom: "web", steps: []step{
+			{args: "web migrate begin -", xml: domainXML("web", true)},
+			{args: "web prepare begin -", xml: domainXML("web", true)},
+			{args: "web start begin -", xml: domainXML("web", true)},
+			{args: "web started begin -", xml: domainXML("web", true)},
+			{args: "web prepare begin -", xml: domainXML("web", true), wantErr: "Ceph", kind: outcome.Unavailable},
 		}},
-		{name: "mark cleared on release: prepare reaches for Ceph again", steps: []step{
-			{args: "one-42 migrate begin -", xml: domainXML("one-42", true)},
-			{args: "one-42 release end -", xml: domainXML("one-42", true)},
-			{args: "one-42 prepare begin -", xml: domainXML("one-42", true), wantErr: "Ceph", kind: outcome.Unavailable},
+		{name: "mark cleared on release: prepare reaches for Ceph again", markDom: "web", steps: []step{
+			{args: "web migrate begin -", xml: domainXML("web", true)},
+			{args: "web release end -", xml: domainXML("web", true)},
+			{args: "web prepare begin -", xml: domainXML("web", true), wantErr: "Ceph", kind: outcome.Unavailable},
 		}},
-		{name: "mark cleared on stopped", steps: []step{
-			{args: "one-42 migrate begin -", xml: domainXML("one-42", true)},
-			{args: "one-42 stopped end -", xml: domainXML("one-42", true)},
+		{name: "mark cleared on stopped", markDom: "web", steps: []step{
+			{args: "web migrate begin -", xml: domainXML("web", true)},
+			{args: "web stopped end -", xml: domainXML("web", true)},
 		}},
-		{name: "mark of another domain does not count", steps: []step{
-			{args: "one-43 migrate begin -", xml: domainXML("one-43", true)},
-			{args: "one-42 prepare begin -", xml: domainXML("one-42", true), wantErr: "Ceph", kind: outcome.Unavailable},
+		{name: "mark of another domain does not count", markDom: "web", steps: []step{
+			{args: "db migrate begin -", xml: domainXML("db", true)},
+			{args: "web prepare begin -", xml: domainXML("web", true), wantErr: "Ceph", kind: outcome.Unavailable},
 		}},
 		{name: "migration of a domain without RBD disks: no mark", steps: []step{
 			{args: "one-42 migrate begin -", xml: domainXML("one-42", false)},
@@ -176,8 +183,12 @@ func TestRunWithoutCeph(t *testing.T) {
 				}
 			}
 			m := Marks{Dir: filepath.Join(state, MarkDir), Window: time.Hour}
-			if fresh, _, _ := m.Fresh("one-42"); fresh != tt.mark {
-				t.Fatalf("one-42 marked = %v, want %v", fresh, tt.mark)
+			dom := tt.markDom
+			if dom == "" {
+				dom = "one-42"
+			}
+			if fresh, _, _ := m.Fresh(dom); fresh != tt.mark {
+				t.Fatalf("%s marked = %v, want %v", dom, fresh, tt.mark)
 			}
 		})
 	}

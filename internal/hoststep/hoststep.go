@@ -42,6 +42,10 @@ const (
 	OpPostmigrate = "postmigrate" // close it; fence lock owners not on dst
 	OpFailmigrate = "failmigrate" // close it; fence every client on dst
 	OpAttach      = "attach"      // fence every client of disks being hot-attached
+	// OpIncoming checks an incoming live migration against the claim (the
+	// hook's migrate begin, in the hook's own process): fences nothing,
+	// writes nothing.
+	OpIncoming = "incoming"
 )
 
 // Version is the host-step protocol version this code speaks. 1: the JSON
@@ -107,6 +111,10 @@ type Request struct {
 	// Local is set when the step runs on the front-end instead of on Host
 	// (opennebula.remote: local): its own addresses do not identify Host.
 	Local bool `json:"local,omitempty"`
+	// Incoming is the handover window the hook accepted at migrate begin
+	// (from its incoming-migration mark) for the start or record of that
+	// migration on the destination; absent otherwise.
+	Incoming *engine.Window `json:"incoming,omitempty"`
 }
 
 // PeerVersion is the version the request was written in.
@@ -115,7 +123,7 @@ func (r *Request) PeerVersion() int { return versionOf(r.Version) }
 // Validate checks the request's shape.
 func (r *Request) Validate() error {
 	switch r.Op {
-	case OpCheck, OpStart, OpRecord, OpPremigrate, OpPostmigrate, OpFailmigrate, OpAttach:
+	case OpCheck, OpStart, OpRecord, OpPremigrate, OpPostmigrate, OpFailmigrate, OpAttach, OpIncoming:
 	default:
 		if r.PeerVersion() > Version {
 			return &IncompatibleError{Peer: "front-end", PeerVer: r.PeerVersion(), OurVer: Version, OurSide: "host",

@@ -56,10 +56,9 @@ func (f *fe) tmRun(op string, stdin string, args ...string) result {
 	return r
 }
 
-// TestFailedMigration: premigrate opens the window, so a start on the
-// destination fences nothing while the source keeps writing; the migration
-// "fails" but left a copy writing on the destination; failmigrate fences
-// that copy and keeps the source.
+// TestFailedMigration: premigrate opens the window while the source keeps
+// writing; the migration "fails" but left a copy writing on the
+// destination; failmigrate fences that copy and keeps the source.
 func TestFailedMigration(t *testing.T) {
 	f := setup(t)
 	a, b := f.hs.A, f.hs.B
@@ -81,15 +80,9 @@ func TestFailedMigration(t *testing.T) {
 		t.Fatalf("no handover window after premigrate: %+v", c)
 	}
 
-	// A start on the destination during the window fences nothing.
-	r = f.run(filepath.Join(f.remotes, "rbdfence/prestart"), "", fmt.Sprint(vm), b.Name)
-	if r.code != 0 || !strings.Contains(r.stderr, "handover") {
-		t.Fatalf("prestart on the destination: exit %d\n%s", r.code, r.stderr)
-	}
-	if _, ok := f.ceph.BlocklistEntries(t)[src.Addr]; ok {
-		t.Fatal("the start on the destination blocklisted the running source")
-	}
-	src.WaitWrite(t, true, 30*time.Second)
+	// No front-end start runs during a live migration: a prestart on the
+	// destination now would be a new deploy and fence the source (issue 11
+	// item 2, enginetest lifecycle NewerDeployOnDestinationFencesSource).
 
 	// The "failed" migration left a copy writing on the destination.
 	dst := testenv.StartZombieOn(t, f.ceph, b, specs[0].image, "write")

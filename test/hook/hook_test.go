@@ -188,10 +188,12 @@ func TestHookShareable(t *testing.T) {
 }
 
 // TestHookIncomingMigration calls the installed hook as libvirtd does on
-// the destination of a live migration: migrate begin, then prepare for the
-// same domain while the source QEMU runs: nothing is fenced, and started
-// records nothing and clears the mark. After release end clears the mark of
-// a second migration, prepare fences again.
+// the destination of a live migration the front-end opened (premigrate):
+// migrate begin, then prepare for the same domain while the source QEMU
+// runs: nothing is fenced, and started records this host's instance in the
+// claim's window and clears the mark. After release end clears the mark of
+// a second migration, a prepare without it is a second copy: refused, and
+// the source is not fenced.
 func TestHookIncomingMigration(t *testing.T) {
 	e := newEnv(t, "")
 	id := vmID(4)
@@ -217,26 +219,29 @@ func TestHookIncomingMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	e.frontendClaim(id, 3, "kvm-src")
+	e.premigrate(id, 4, "kvm-src", hostName)
 	mark := filepath.Join(e.stateDir, hook.MarkDir, name)
 	steps := []struct {
 		args    string
 		fenced  bool
 		marked  bool
 		comment string
+		refused bool
 	}{
-		{"migrate begin -", false, true, "incoming migration marked"},
-		{"prepare begin -", false, true, "the source runs: not fenced"},
-		{"start begin -", false, true, ""},
-		{"started begin -", false, false, "the start sequence is over: no record, mark cleared"},
-		{"migrate begin -", false, true, "a second incoming migration"},
-		{"prepare begin -", false, true, "the source runs: not fenced"},
-		{"release end -", false, false, "the migration was aborted: mark cleared"},
-		{"prepare begin -", true, false, "a start again: the source is now a zombie"},
+		{"migrate begin -", false, true, "incoming migration marked", false},
+		{"prepare begin -", false, true, "the source runs: not fenced", false},
+		{"start begin -", false, true, "", false},
+		{"started begin -", false, false, "the start sequence is over: recorded in the window, mark cleared", false},
+		{"migrate begin -", false, true, "a second incoming migration", false},
+		{"prepare begin -", false, true, "the source runs: not fenced", false},
+		{"release end -", false, false, "the migration was aborted: mark cleared", false},
+		{"prepare begin -", false, false, "a start that is not the migration: a second copy", true},
 	}
 	for _, st := range steps {
 		r := e.callHook(xml, append([]string{name}, strings.Fields(st.args)...)...)
-		if r.code != 0 {
-			t.Fatalf("%s %s: exit %d: %s", name, st.args, r.code, r.stderr)
+		if (r.code != 0) != st.refused {
+			t.Fatalf("%s %s: exit %d (refusal wanted: %v): %s", name, st.args, r.code, st.refused, r.stderr)
 		}
 		_, serr := os.Stat(mark)
 		if marked := serr == nil; marked != st.marked {
@@ -253,15 +258,15 @@ func TestHookIncomingMigration(t *testing.T) {
 			}
 		}
 		if st.args == "started begin -" {
-			if c, err := e.engine().ReadClaim(context.Background(), e.ceph.Pool, id); err != nil || c != nil {
-				t.Fatalf("no claim may be taken or recorded during an incoming migration: %+v, %v", c, err)
+			c, err := e.engine().ReadClaim(context.Background(), e.ceph.Pool, id)
+			if err != nil || c == nil || c.Host != "kvm-src" || c.Seq != 3 || c.Window == nil || len(c.Window.DstAddrs) != 1 {
+				t.Fatalf("during an incoming migration the claim stays the source's, with this host's instance in its window: %+v, %v", c, err)
 			}
 		}
 		if !st.fenced {
 			zombieWrites(t, src, 0xab)
 		}
 	}
-	zombieFenced(t, src)
 }
 
 // TestHookRefusesClaimElsewhere: the VM's claim records a newer deploy on

@@ -112,6 +112,8 @@ func Run(t *testing.T, h Harness) {
 			t.Fatalf("after release: %v", err)
 		}
 	})
+	t.Run("Lifecycle", func(t *testing.T) { lifecycle(t, h) })
+	t.Run("LifecycleMigration", func(t *testing.T) { lifecycleMigration(t, h) })
 	t.Run("CompareAndSwap", func(t *testing.T) {
 		oid := fmt.Sprintf("rbdfence.conformance.%d", time.Now().UnixNano())
 		if _, _, err := c.ReadObject(ctx, h.Pool, oid); !errors.Is(err, engine.ErrObjectNotFound) {

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/audit"
+	"github.com/rbdfence/rbdfence/internal/ceph"
+	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/opennebula"
+	"github.com/rbdfence/rbdfence/internal/outcome"
+	"github.com/rbdfence/rbdfence/test/onedsim"
+	"github.com/rbdfence/rbdfence/test/testenv"
+)
+
+// TestClaimResetAndGC (issue 11 item 10) on the real cluster with the oned
+// stand-in: gc lists only the claims of VMs oned reports DONE or does not
+// know and changes nothing without --apply; reset refuses while a run
+// holds the claim's lease, and otherwise empties the claim, writes the
+// audit log and raises an event on the VM; gc --apply resets what it listed.
+func TestClaimResetAndGC(t *testing.T) {
+	c := testenv.StartCeph(t)
+	base := int(time.Now().UnixNano()%100000) * 10
+	live, done, gone := base+1, base+2, base+3
+	sim := onedsim.New("oneadmin:claimpw")
+	if err := sim.Put(onedsim.VM{ID: live, Host: "hostA", Seq: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Put(onedsim.VM{ID: done, Host: "hostB", Seq: 2, State: onedsim.StateDone}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	dir := t.TempDir()
+	auth, auditLog, cfg := filepath.Join(dir, "one_auth"), filepath.Join(dir, "audit.log"), filepath.Join(dir, "rbdfence.yaml")
+	if err := os.WriteFile(auth, []byte("oneadmin:claimpw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := fmt.Sprintf("ceph:\n  mon_host: %s\n  user: %s\n  keyring: %s\nopennebula:\n  endpoint: %s\n  auth_file: %s\naudit_log: %s\nspool_dir: %s\nstate_dir: %s\n",
+		c.Mon, c.User, c.Keyring, sim.URL(), auth, auditLog, filepath.Join(dir, "spool"), filepath.Join(dir, "state"))
+	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx := context.Background()
+	cl, err := ceph.Connect(ctx, ceph.Config{MonHost: c.Mon, User: c.User, Keyring: c.Keyring, ConnectTimeout: 10 * time.Second, OpTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	eng := engine.New(cl, engine.Options{})
+	for _, id := range []int{live, done, gone} {
+		w := engine.Who{VM: id, Seq: 2, Host: "hostB", Source: engine.SourceFrontend, Run: "t", Pool: c.Pool}
+		if err := eng.WriteClaim(ctx, w, engine.Claim{Seq: 2, Host: "hostB", Source: engine.SourceFrontend, State: engine.StateRunning}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claimOf := func(id int) *engine.Claim {
+		t.Helper()
+		got, err := eng.ReadClaim(ctx, c.Pool, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	cli := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := run(ctx, append(args, "--config", cfg), strings.NewReader(""), &out, &errb)
+		return code, out.String(), errb.String()
+	}
+	gcList := func(args ...string) map[int]gcEntry {
+		t.Helper()
+		code, out, stderr := cli(append([]string{"claim", "gc", "--json"}, args...)...)
+		// Exit 1 with --apply: a claim of another test's VM is leased
+		// right now; this test's own entries are checked below.
+		if code != 0 && (code != outcome.Failure.Code() || len(args) == 0) {
+			t.Fatalf("claim gc %v: exit %d: %s\n%s", args, code, stderr, out)
+		}
+		var es []gcEntry
+		if err := json.Unmarshal([]byte(out), &es); err != nil {
+			t.Fatalf("claim gc --json: %v\n%s", err, out)
+		}
+		m := map[int]gcEntry{}
+		for _, e := range es {
+			m[e.VM] = e
+		}
+		return m
+	}
+
+	// Dry run: done and gone listed, live not; nothing changes.
+	m := gcList()
+	if m[done].Reason != "DONE in oned" || m[gone].Reason != "unknown to oned" || m[done].Reset || m[gone].Reset {
+		t.Fatalf("gc dry run: %+v", m)
+	}
+	if _, ok := m[live]; ok {
+		t.Fatalf("gc listed the claim of a live VM: %+v", m[live])
+	}
+	if claimOf(done) == nil || claimOf(gone) == nil {
+		t.Fatal("a dry run reset a claim")
+	}
+
+	// A run holds live's lease: reset is refused (exit 4) and changes nothing.
+	if err := cl.AcquireLease(ctx, c.Pool, engine.ClaimObject(live), "host=hostB run=busy seq=4", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := cli("claim", "reset", "--vm", fmt.Sprint(live))
+	if code != outcome.Refused.Code() || !strings.Contains(stderr, "run=busy") {
+		t.Fatalf("reset under a held lease: exit %d (want %d): %s", code, outcome.Refused.Code(), stderr)
+	}
+	if claimOf(live) == nil {
+		t.Fatal("a refused reset removed the claim")
+	}
+	if err := cl.ReleaseLease(ctx, c.Pool, engine.ClaimObject(live), "host=hostB run=busy seq=4"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := cli("claim", "reset", "--vm", fmt.Sprint(live))
+	if code != 0 || !strings.Contains(out, "removed") {
+		t.Fatalf("reset: exit %d: %s%s", code, out, stderr)
+	}
+	if got := claimOf(live); got != nil {
+		t.Fatalf("claim after reset: %+v", got)
+	}
+	recs, _, err := audit.Read(auditLog)
+	if err != nil || len(recs) != 1 || recs[0].VM != live || recs[0].Op != "claim-reset" || recs[0].Host != "hostB" {
+		t.Fatalf("audit log after reset: %+v %v", recs, err)
+	}
+	ut, _ := sim.UserTemplate(live)
+	if ev := ut.Get(opennebula.AttrEvent); len(ev) != 1 || ev[0].Vector["ACTION"] != "claim-reset" {
+		t.Fatalf("the reset must raise an event on VM %d: %s", live, ut.String())
+	}
+
+	// gc --apply resets what it listed.
+	m = gcList("--apply")
+	if !m[done].Reset || !m[gone].Reset {
+		t.Fatalf("gc --apply: %+v", m)
+	}
+	if claimOf(done) != nil || claimOf(gone) != nil {
+		t.Fatal("gc --apply left a claim")
+	}
+	if code, _, stderr := cli("claim", "gc", "--vm", "1"); code != outcome.Usage.Code() {
+		t.Fatalf("gc --vm: exit %d: %s", code, stderr)
+	}
+}

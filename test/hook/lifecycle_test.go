@@ -1,0 +1,213 @@
+package hook_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/hook"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
+	"github.com/rbdfence/rbdfence/internal/vmdisk"
+	"github.com/rbdfence/rbdfence/test/libvirt"
+	"github.com/rbdfence/rbdfence/test/testenv"
+)
+
+// asVM returns the live XML of the running domain src renamed to VM id's
+// domain, as libvirtd hands it to the destination's hook.
+func asVM(t *testing.T, src string, id int) string {
+	t.Helper()
+	live, err := libvirttest.Virsh("dumpxml", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(live); err != nil {
+		t.Fatal(err)
+	}
+	dom.Name, dom.UUID, dom.ID = oneName(id), "", nil
+	xml, err := dom.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return xml
+}
+
+// frontendClaim writes VM id's claim as the front-end's prestart leaves it
+// (deploy seq on host), without fencing anything.
+func (e *env) frontendClaim(id, seq int, host string) {
+	e.t.Helper()
+	who := engine.Who{VM: id, Seq: seq, Host: host, Source: engine.SourceFrontend, Run: "hooktest-fe", Pool: e.ceph.Pool}
+	if err := e.engine().WriteClaim(context.Background(), who, engine.Claim{VM: id, Seq: seq, Host: host, Source: engine.SourceFrontend, State: engine.StateRunning}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// premigrate opens the handover window src -> dst for deploy seq as the
+// front-end's premigrate does.
+func (e *env) premigrate(id, seq int, src, dst string) *engine.Window {
+	e.t.Helper()
+	who := engine.Who{VM: id, Seq: seq, Host: src, Source: engine.SourceFrontend, Run: "hooktest-premigrate", Pool: e.ceph.Pool}
+	res, err := e.engine().OpenWindow(context.Background(), who, src, dst, 10*time.Minute)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return res.Claim.Window
+}
+
+// TestHookRefusesMigrationWithoutHandover (issue 11 item 1): a stale
+// domain of VM id (deploy #5's) is live-migrated to this host by libvirt
+// alone (an evacuation script, `virsh migrate`) while the claim holds
+// deploy #9 on another host and the front-end opened no migration. The
+// hook must refuse at `migrate begin`; then, once the front-end opens the
+// window to this host, the same call is accepted, the prepare that follows
+// fences nothing, and started records this host's instance in the window.
+func TestHookRefusesMigrationWithoutHandover(t *testing.T) {
+	e := newEnv(t, "")
+	id := vmID(11)
+	e.removeClaimAtCleanup(id)
+	image := e.ceph.NewImage(t, "hooktest-nohandover")
+	src, _ := libvirttest.Create(t, e.xml(plainName("stale-source"), e.disk(image, false)))
+	zombieWrites(t, src, 0xaa)
+	srcAddr := e.waitWatchers(image, 1)[0]
+	xml := asVM(t, src, id)
+	name := oneName(id)
+	mark := filepath.Join(e.stateDir, hook.MarkDir, name)
+
+	e.frontendClaim(id, 9, "kvm-h3")
+	r := e.callHook(xml, name, "migrate", "begin", "-")
+	want := "rbdfence: not accepting the incoming migration of " + name + ": VM "
+	if r.code == 0 || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "no live migration to "+hostName) {
+		t.Fatalf("migrate begin without a handover must be refused with %q: exit %d\n%s", want, r.code, r.stderr)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatal("a refused migration left a mark")
+	}
+	// A window of the current deploy to another host admits nothing here.
+	e.premigrate(id, 10, "kvm-h3", "kvm-h4")
+	if r := e.callHook(xml, name, "migrate", "begin", "-"); r.code == 0 {
+		t.Fatalf("migrate begin with a window to another host must be refused:\n%s", r.stderr)
+	}
+
+	// The front-end migrates deploy #9 from kvm-h3 to this host.
+	win := e.premigrate(id, 10, "kvm-h3", hostName)
+	for _, op := range []string{"migrate begin -", "prepare begin -", "start begin -"} {
+		if r := e.callHook(xml, append([]string{name}, strings.Fields(op)...)...); r.code != 0 {
+			t.Fatalf("%s of the opened migration: exit %d: %s", op, r.code, r.stderr)
+		}
+		if e.blocklisted(srcAddr) {
+			t.Fatalf("after %s: the running source was fenced", op)
+		}
+	}
+	b, err := os.ReadFile(mark)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mk hook.Mark
+	if err := json.Unmarshal(b, &mk); err != nil || !win.Same(mk.Window) {
+		t.Fatalf("the mark must hold the accepted window %+v: %s (%v)", win, b, err)
+	}
+	if r := e.callHook(xml, name, "started", "begin", "-"); r.code != 0 {
+		t.Fatalf("started: %s", r.stderr)
+	}
+	cl := waitClaim(t, e, id, func(c *engine.Claim) bool { return c.Window != nil && len(c.Window.DstAddrs) > 0 })
+	if cl.Host != "kvm-h3" || cl.Seq != 9 || cl.Window.DstAddrs[0].String() != srcAddr {
+		t.Fatalf("started must record this host's instance in the window and leave kvm-h3's deploy the claim's: %+v", cl)
+	}
+	zombieWrites(t, src, 0xab)
+}
+
+// TestHookStaleMarkFences (issue 11 item 3): an incoming migration is
+// accepted (its mark written), then aborted without a `release end`
+// (libvirtd died); failmigrate closes the window. The front-end then admits
+// deploy #12 on this host. The old mark must not skip the fence of that
+// start: the zombie writing to the image is fenced.
+func TestHookStaleMarkFences(t *testing.T) {
+	e := newEnv(t, "")
+	id := vmID(12)
+	e.removeClaimAtCleanup(id)
+	image := e.ceph.NewImage(t, "hooktest-stalemark")
+	zombie, _ := libvirttest.Create(t, e.xml(plainName("stalemark-zombie"), e.disk(image, false)))
+	zombieWrites(t, zombie, 0xaa)
+	zaddr := e.waitWatchers(image, 1)[0]
+	xml := asVM(t, zombie, id)
+	name := oneName(id)
+
+	e.frontendClaim(id, 10, "kvm-src")
+	e.premigrate(id, 11, "kvm-src", hostName)
+	if r := e.callHook(xml, name, "migrate", "begin", "-"); r.code != 0 {
+		t.Fatalf("migrate begin: %s", r.stderr)
+	}
+	// failmigrate: the window is closed; the claim stays on kvm-src.
+	who := engine.Who{VM: id, Seq: 11, Host: hostName, Source: engine.SourceFrontend, Run: "hooktest-failmigrate", Pool: e.ceph.Pool}
+	if _, err := e.engine().CloseWindow(context.Background(), who, nil, "kvm-src", hostName, nil, engine.Failed); err != nil {
+		t.Fatal(err)
+	}
+	// The front-end admits deploy #12 here (its own fence found nothing
+	// to do then); libvirt starts the domain: prepare with the old mark.
+	e.frontendClaim(id, 12, hostName)
+	r := e.callHook(xml, name, "prepare", "begin", "-")
+	if r.code != 0 {
+		t.Fatalf("prepare of deploy #12: exit %d: %s", r.code, r.stderr)
+	}
+	if !e.blocklisted(zaddr) {
+		t.Fatalf("the stale mark skipped the fence: zombie %s is not blocklisted", zaddr)
+	}
+	zombieFenced(t, zombie)
+}
+
+// TestHostStepRefusesRunningDomain (issue 11 item 4): VM id runs on this
+// host (domain one-<id>, deploy #3). `onevm resume` of the VM in UNKNOWN,
+// or `onevm recover --retry` of that deploy, makes the front-end run the
+// start step for the same deploy on the same host. Fencing first would
+// make the running VM I/O-dead before the deploy fails with "domain
+// already exists": the step must refuse without fencing.
+func TestHostStepRefusesRunningDomain(t *testing.T) {
+	e := newEnv(t, "")
+	id := vmID(13)
+	e.removeClaimAtCleanup(id)
+	image := e.ceph.NewImage(t, "hooktest-running")
+	e.frontendClaim(id, 3, hostName)
+	live, _ := libvirttest.Create(t, e.xml(oneName(id), e.disk(image, false)))
+	zombieWrites(t, live, 0xaa)
+	addr := e.waitWatchers(image, 1)[0]
+	waitClaim(t, e, id, func(c *engine.Claim) bool { return c.State == engine.StateRunning && len(c.Addrs) == 1 })
+
+	pool, img, _ := strings.Cut(image, "/")
+	req := hoststep.Request{Op: hoststep.OpStart, VM: id, Seq: 3, Host: hostName, Run: "hooktest-resume", Source: engine.SourceFrontend,
+		Disks: []vmdisk.Disk{{ID: "0", Pool: pool, Name: img}}}
+	body, _ := json.Marshal(req)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.Bin(t, "rbdfence"), "host", "--config", e.cfgPath)
+	cmd.Env = append(os.Environ(), "LIBVIRT_DEFAULT_URI="+libvirttest.URI())
+	cmd.Stdin = bytes.NewReader(body)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("the start step for a running domain must fail: %v\n%s\n%s", err, out.String(), errb.String())
+	}
+	var resp hoststep.Response
+	if jerr := json.Unmarshal(out.Bytes(), &resp); jerr != nil {
+		t.Fatalf("host step output: %v\n%s", jerr, out.String())
+	}
+	if resp.OK || resp.Kind != outcome.Refused || !strings.Contains(resp.Error, oneName(id)+" is already running on host "+hostName) {
+		t.Fatalf("want a refusal naming the running domain, exit %d: %+v", ee.ExitCode(), resp)
+	}
+	if e.blocklisted(addr) {
+		t.Fatal("the running VM was fenced")
+	}
+	zombieWrites(t, live, 0xab)
+}
