@@ -1,0 +1,618 @@
+package engine_test
+
+// The steps of the model. Each front-end and hook step calls the real
+// engine exactly as its main does; the main's own logic around the call
+// (the hook's mark, fail-closed on Ceph errors, what a failed step means to
+// oned and libvirt) is modelled here, with the file:line it follows.
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/audit"
+	"github.com/rbdfence/rbdfence/internal/collision"
+	"github.com/rbdfence/rbdfence/internal/engine"
+)
+
+// budget classes of steps.
+const (
+	bChange = "change" // an oned-side change or an operator's action
+	bFault  = "fault"
+	bTick   = "tick" // time passes
+)
+
+type step struct {
+	name   string
+	budget string
+	// crashable steps are also explored with their process dying before
+	// each of their Ceph calls (crash >= 0).
+	crashable bool
+	run       func(w *world, o *stepOut, crash int)
+}
+
+// stepOut is what a step did, for the story and the invariants.
+type stepOut struct {
+	say     []string
+	crashed bool
+	// fence is set by a step that called Start: for whom.
+	startSeq, startHost int
+	startSource         string
+	// fencedNoTrace are clients blocklisted by the step that its result (or,
+	// when it crashed, its event spool) does not carry.
+	fencedNoTrace []string
+}
+
+func (o *stepOut) sayf(format string, a ...any) { o.say = append(o.say, fmt.Sprintf(format, a...)) }
+
+// call runs one engine operation as fencer.Do does (internal/fencer/do.go:
+// one engine per run, OnBlocklisted spools the event before the lock break,
+// the report becomes audit records and events, Do.go:115-147) and checks
+// that every client it blocklisted has an audit record and an event.
+func (w *world) call(o *stepOut, crash int, source, op string, f func(e *engine.Engine) (*engine.ClaimResult, error)) (*engine.ClaimResult, error) {
+	before := map[engine.Addr]bool{}
+	for _, a := range w.f.BlocklistedAddrs() {
+		before[a] = true
+	}
+	spooled := map[engine.Addr]bool{}
+	e, cc := w.engine(crash, spooled)
+	res, err := f(e)
+	o.crashed = cc.dead
+	traced := map[string]bool{}
+	if !o.crashed && res != nil && !mutant("no-audit") {
+		recs := audit.FromReport(res.Report, audit.Meta{Run: "model", Op: op, VM: mVM}, w.now())
+		evs := collision.Events(recs, source+"/"+op)
+		inEvents := map[string]bool{}
+		for _, ev := range evs {
+			inEvents[ev.Address] = true
+		}
+		for _, r := range recs {
+			if inEvents[r.Address] {
+				traced[r.Address] = true
+			}
+		}
+	}
+	for _, a := range w.f.BlocklistedAddrs() {
+		if before[a] {
+			continue
+		}
+		if !spooled[a] || (!o.crashed && !traced[a.String()]) {
+			o.fencedNoTrace = append(o.fencedNoTrace, w.instName(a))
+		}
+	}
+	if o.crashed {
+		o.sayf("CRASHED before Ceph call %d", crash+1)
+		return nil, errCrashed
+	}
+	if err != nil {
+		o.sayf("error: %v", shortErr(err))
+	}
+	if res != nil && res.Report != nil && res.Report.Fenced > 0 {
+		var fenced []string
+		for _, im := range res.Report.Images {
+			for _, c := range im.Clients {
+				if c.Fenced() {
+					a, _ := engine.ParseAddr(c.Address)
+					fenced = append(fenced, w.instName(a))
+				}
+			}
+		}
+		for _, c := range res.Report.Recorded {
+			if c.Fenced() {
+				a, _ := engine.ParseAddr(c.Address)
+				fenced = append(fenced, w.instName(a)+"(recorded)")
+			}
+		}
+		o.sayf("fenced %s", strings.Join(fenced, ", "))
+	}
+	if res != nil && res.Handover {
+		o.sayf("handover: nothing fenced")
+	}
+	return res, err
+}
+
+func shortErr(err error) string {
+	s := err.Error()
+	if i := strings.Index(s, " at 20"); i > 0 {
+		if j := strings.Index(s[i+1:], ";"); j > 0 {
+			s = s[:i] + s[i+1+j:]
+		}
+	}
+	return s
+}
+
+// feStart is the front-end's prestart: host step "start" on the chosen
+// host with the HISTORY SEQ (internal/frontend/prestart.go:132-152, remote
+// mode: the step runs on the host, so its address is known). A host cut
+// off cannot check: refused, fail closed.
+func (w *world) feStart(o *stepOut, crash int, h, seq int) error {
+	o.startSeq, o.startHost, o.startSource = seq, h, engine.SourceFrontend
+	if w.hosts[h].cut {
+		o.sayf("host step cannot reach Ceph: refused (fence.fail_open false)")
+		return errCrashed
+	}
+	who := w.who(h, seq, engine.SourceFrontend)
+	res, err := w.call(o, crash, engine.SourceFrontend, "prestart", func(e *engine.Engine) (*engine.ClaimResult, error) {
+		return e.Start(ctx, who, mImgs, false)
+	})
+	if err == nil {
+		o.sayf("admitted")
+		_ = res
+	}
+	return err
+}
+
+// hookStart is the hook's `prepare begin` (internal/hook/run.go:159-226):
+// a fresh mark admits without the engine (:173-179), an expired one is
+// removed (mark.go:113-118), then host step "start" with SEQ -1.
+func (w *world) hookStart(o *stepOut, crash int, h int) (how string, err error) {
+	if w.markFresh(h) {
+		o.sayf("fresh incoming-migration mark: admitted without the claim")
+		return "mark", nil
+	}
+	w.hosts[h].mark = false
+	o.startSeq, o.startHost, o.startSource = -1, h, engine.SourceHook
+	if w.hosts[h].cut {
+		o.sayf("Ceph unreachable: refused (fail closed)")
+		return "", errCrashed
+	}
+	who := w.who(h, -1, engine.SourceHook)
+	res, err := w.call(o, crash, engine.SourceHook, "start", func(e *engine.Engine) (*engine.ClaimResult, error) {
+		return e.Start(ctx, who, mImgs, false)
+	})
+	if err != nil {
+		return "", err
+	}
+	o.sayf("admitted")
+	if res.Handover {
+		return "claim+handover", nil
+	}
+	return "claim", nil
+}
+
+// deployFailed: the deploy action failed; oned sets BOOT_FAILURE.
+func (w *world) deployFailed(o *stepOut) {
+	w.op = feOp{}
+	w.lcm = lcmFailure
+	o.sayf("deploy failed: oned BOOT_FAILURE")
+}
+
+// migrateReverted is oned's handling of a failed live migration: RUNNING on
+// the source under a new HISTORY record copied from the previous one
+// (OpenNebula release-7.4.0 src/lcm/LifeCycleStates.cc:80-164,
+// cp_previous_history at :141).
+func (w *world) migrateReverted(o *stepOut) {
+	src := w.op.src
+	w.op = feOp{}
+	w.lcm = lcmRunning
+	seq := w.cur().seq + 1
+	w.hist = append(w.hist, record{seq, src})
+	if d := w.hosts[src].dom; d.phase == phRunning {
+		w.hosts[src].dom.seq = seq
+		if d.inst >= 0 {
+			w.insts[d.inst].seq = seq
+		}
+	}
+	o.sayf("migration failed: oned RUNNING on %s as #%d", mHosts[src], seq)
+}
+
+// abortStart: libvirt aborts the start of the domain on h (a hook refused,
+// the migration broke): the domain is gone, the mark stays (no `release`).
+func (w *world) abortStart(o *stepOut, h int) {
+	d := w.hosts[h].dom
+	w.close(d.inst)
+	w.hosts[h].dom = dom{inst: -1, from: -1}
+	switch {
+	case d.byFE && d.from < 0 && w.op.stage == stCreating && w.op.host == h:
+		w.deployFailed(o)
+	case d.byFE && d.from >= 0 && w.op.stage == stMigrating && w.op.host == h:
+		w.op.stage = stFailmigrate
+		o.sayf("virsh migrate failed: failmigrate next")
+	default:
+		o.sayf("start of one-42 on %s aborted", mHosts[h])
+	}
+}
+
+// steps returns every step enabled in w within the bound.
+func (w *world) steps(b bound) []step {
+	var out []step
+	add := func(s step) { out = append(out, s) }
+	op := w.op
+
+	// ---- the front-end's driver action
+	switch op.stage {
+	case stPrestart:
+		add(step{name: fmt.Sprintf("front-end prestart #%d on %s", op.seq, mHosts[op.host]), crashable: true,
+			run: func(w *world, o *stepOut, crash int) {
+				if err := w.feStart(o, crash, w.op.host, w.op.seq); err != nil {
+					w.deployFailed(o)
+					return
+				}
+				w.op.stage = stCreate
+			}})
+	case stCreate:
+		add(step{name: fmt.Sprintf("vmm deploy: virsh create one-42 on %s", mHosts[op.host]),
+			run: func(w *world, o *stepOut, _ int) {
+				h := w.op.host
+				if w.hosts[h].cut {
+					o.sayf("host unreachable")
+					w.deployFailed(o)
+					return
+				}
+				if w.hosts[h].dom.phase != phNone {
+					o.sayf("domain already exists")
+					w.deployFailed(o)
+					return
+				}
+				w.hosts[h].dom = dom{phase: phPrepare, inst: -1, seq: w.op.seq, from: -1, byFE: true}
+				w.op.stage = stCreating
+			}})
+	case stPremigrate:
+		add(step{name: fmt.Sprintf("front-end premigrate #%d %s→%s (on %s)", op.seq, mHosts[op.src], mHosts[op.host], mHosts[op.src]), crashable: true,
+			run: func(w *world, o *stepOut, crash int) {
+				src, dst := w.op.src, w.op.host
+				if w.hosts[src].cut {
+					o.sayf("source unreachable")
+					w.migrateReverted(o)
+					return
+				}
+				who := w.who(src, w.op.seq, engine.SourceFrontend)
+				_, err := w.call(o, crash, engine.SourceFrontend, "premigrate", func(e *engine.Engine) (*engine.ClaimResult, error) {
+					return e.OpenWindow(ctx, who, mHosts[src], mHosts[dst], time.Duration(mWindow)*time.Minute)
+				})
+				if err != nil {
+					w.migrateReverted(o)
+					return
+				}
+				o.sayf("window open")
+				w.op.stage = stMigrate
+			}})
+	case stMigrate:
+		add(step{name: fmt.Sprintf("vmm migrate: virsh migrate one-42 %s→%s", mHosts[op.src], mHosts[op.host]),
+			run: func(w *world, o *stepOut, _ int) {
+				src, dst := w.op.src, w.op.host
+				if w.hosts[src].dom.phase != phRunning || w.hosts[dst].dom.phase != phNone || w.hosts[dst].cut {
+					o.sayf("virsh migrate failed at once")
+					w.op.stage = stFailmigrate
+					return
+				}
+				w.hosts[dst].dom = dom{phase: phMigBegin, inst: -1, seq: w.op.seq, from: src, byFE: true}
+				w.op.stage = stMigrating
+			}})
+	case stPostmigrate:
+		add(step{name: fmt.Sprintf("front-end postmigrate #%d %s→%s (on %s)", op.seq, mHosts[op.src], mHosts[op.host], mHosts[op.host]), crashable: true,
+			run: func(w *world, o *stepOut, crash int) {
+				src, dst := w.op.src, w.op.host
+				if w.hosts[dst].cut {
+					o.sayf("destination unreachable: postmigrate failed (only logged)")
+				} else {
+					who := w.who(dst, w.op.seq, engine.SourceFrontend)
+					_, err := w.call(o, crash, engine.SourceFrontend, "postmigrate", func(e *engine.Engine) (*engine.ClaimResult, error) {
+						return e.CloseWindow(ctx, who, mImgs, mHosts[src], mHosts[dst], []netip.Addr{mIP(dst)}, engine.Migrated)
+					})
+					if err != nil {
+						o.sayf("postmigrate failed (only logged)")
+					}
+				}
+				w.op = feOp{}
+				w.lcm = lcmRunning
+			}})
+	case stFailmigrate:
+		add(step{name: fmt.Sprintf("front-end failmigrate #%d %s→%s", op.seq, mHosts[op.src], mHosts[op.host]), crashable: true,
+			run: func(w *world, o *stepOut, crash int) {
+				src, dst := w.op.src, w.op.host
+				// internal/fencer/do.go:131-135: on dst, or on src when dst cannot be reached.
+				on, outcome := dst, engine.Failed
+				if w.hosts[dst].cut {
+					on, outcome = src, engine.FailedFromSource
+				}
+				if w.hosts[on].cut {
+					o.sayf("unreachable: failmigrate failed")
+				} else {
+					who := w.who(on, w.op.seq, engine.SourceFrontend)
+					_, _ = w.call(o, crash, engine.SourceFrontend, "failmigrate", func(e *engine.Engine) (*engine.ClaimResult, error) {
+						return e.CloseWindow(ctx, who, mImgs, mHosts[src], mHosts[dst], []netip.Addr{mIP(on)}, outcome)
+					})
+				}
+				w.migrateReverted(o)
+			}})
+	}
+
+	// ---- libvirt and the hook on each host
+	for h := range w.hosts {
+		h := h
+		d := w.hosts[h].dom
+		switch d.phase {
+		case phMigBegin:
+			add(step{name: fmt.Sprintf("%s hook: migrate begin (incoming from %s)", mHosts[h], mHosts[d.from]),
+				run: func(w *world, o *stepOut, _ int) {
+					// internal/hook/run.go:294-312: set the mark, admit.
+					w.hosts[h].mark, w.hosts[h].markAt = true, w.clock
+					w.hosts[h].dom.phase = phPrepare
+					o.sayf("mark set")
+				}})
+		case phPrepare:
+			add(step{name: fmt.Sprintf("%s hook: prepare begin", mHosts[h]), crashable: true,
+				run: func(w *world, o *stepOut, crash int) {
+					how, err := w.hookStart(o, crash, h)
+					if err != nil && !mutant("ignore-hook-refusal") {
+						w.abortStart(o, h)
+						return
+					}
+					w.hosts[h].dom.how = how
+					w.hosts[h].dom.phase = phOpen
+				}})
+		case phOpen:
+			if w.hosts[h].cut {
+				break // QEMU cannot reach Ceph: it waits
+			}
+			add(step{name: fmt.Sprintf("%s QEMU opens the image", mHosts[h]),
+				run: func(w *world, o *stepOut, _ int) {
+					d := w.hosts[h].dom
+					i := w.open(h, d.seq, d.from < 0)
+					w.insts[i].how, w.insts[i].fromMig, w.insts[i].byFE = d.how, d.from >= 0, d.byFE
+					w.hosts[h].dom.inst = i
+					if d.from < 0 {
+						w.hosts[h].dom.phase = phStarted
+						o.sayf("q%d writes", i+1)
+					} else {
+						w.hosts[h].dom.phase = phIncoming
+						o.sayf("q%d open, incoming", i+1)
+					}
+				}})
+		case phIncoming:
+			if w.hosts[h].cut {
+				break // the destination cannot take the lock: the switchover waits
+			}
+			add(step{name: fmt.Sprintf("migration switchover %s→%s", mHosts[d.from], mHosts[h]),
+				run: func(w *world, o *stepOut, _ int) {
+					d := w.hosts[h].dom
+					sd := w.hosts[d.from].dom
+					if sd.phase != phRunning || sd.inst < 0 || w.insts[sd.inst].gone {
+						o.sayf("source domain gone: migration failed")
+						w.abortStart(o, h)
+						return
+					}
+					w.close(sd.inst)
+					w.hosts[d.from].dom.phase, w.hosts[d.from].dom.inst = phRelease, -1
+					in := &w.insts[d.inst]
+					in.running = true
+					if !w.hosts[h].cut && !w.blocklisted(in.addr) {
+						w.f.Hide(in.addr)
+						w.f.Attach(mDisk, in.addr, true)
+					}
+					w.hosts[h].dom.phase = phStarted
+					o.sayf("q%d stops, q%d writes", sd.inst+1, d.inst+1)
+				}})
+		case phStarted:
+			add(step{name: fmt.Sprintf("%s hook: started begin", mHosts[h]), crashable: true,
+				run: func(w *world, o *stepOut, crash int) {
+					w.hookRecord(o, crash, h)
+					w.hosts[h].dom.phase = phRunning
+					d := w.hosts[h].dom
+					switch {
+					case d.byFE && d.from < 0 && w.op.stage == stCreating && w.op.host == h:
+						w.op, w.lcm = feOp{}, lcmRunning
+						o.sayf("deploy done: oned RUNNING")
+					case d.byFE && d.from >= 0 && w.op.stage == stMigrating && w.op.host == h:
+						w.op.stage = stPostmigrate
+						o.sayf("virsh migrate done: postmigrate next")
+					}
+				}})
+		case phRelease:
+			add(step{name: fmt.Sprintf("%s hook: release end", mHosts[h]),
+				run: func(w *world, o *stepOut, _ int) {
+					w.hosts[h].dom = dom{inst: -1, from: -1}
+					w.hosts[h].mark = false // internal/hook/run.go:316-327
+				}})
+		}
+	}
+
+	// ---- oned-side changes and operators
+	if w.lcm != lcmDone && w.budget.changes < b.changes {
+		cur := w.cur()
+		for h := range w.hosts {
+			h := h
+			// recover --recreate (or the HA hook's reschedule): oned's
+			// cleanup destroys the domain on the old record's host, unless
+			// that host cannot be reached (cut off) or the cleanup fails.
+			for _, cleanup := range []bool{true, false} {
+				cleanup := cleanup
+				name := fmt.Sprintf("oned: recover --recreate: new deploy on %s", mHosts[h])
+				if !cleanup {
+					name += " (the cleanup of the old domain fails)"
+				}
+				add(step{name: name, budget: bChange,
+					run: func(w *world, o *stepOut, _ int) {
+						c := w.cur()
+						if cleanup && !w.hosts[c.host].cut {
+							w.killDom(c.host)
+						}
+						seq := c.seq + 1
+						w.hist = append(w.hist, record{seq, h})
+						w.lcm = lcmBoot
+						w.op = feOp{stage: stPrestart, seq: seq, host: h}
+						o.sayf("HISTORY #%d on %s", seq, mHosts[h])
+					}})
+			}
+			if w.lcm == lcmRunning && op.stage == stNone && h != cur.host {
+				add(step{name: fmt.Sprintf("oned: live migrate to %s", mHosts[h]), budget: bChange,
+					run: func(w *world, o *stepOut, _ int) {
+						c := w.cur()
+						seq := c.seq + 1
+						w.hist = append(w.hist, record{seq, h})
+						w.lcm = lcmMigrate
+						w.op = feOp{stage: stPremigrate, seq: seq, host: h, src: c.host}
+						o.sayf("HISTORY #%d on %s", seq, mHosts[h])
+					}})
+			}
+		}
+		if op.stage != stNone {
+			add(step{name: "oned restarts; recover --success", budget: bChange,
+				run: func(w *world, o *stepOut, _ int) {
+					w.op, w.lcm = feOp{}, lcmRunning
+					o.sayf("the driver action is abandoned; oned RUNNING on %s", mHosts[w.cur().host])
+				}})
+			add(step{name: "oned restarts; recover --failure", budget: bChange,
+				run: func(w *world, o *stepOut, _ int) {
+					if w.op.deploy() {
+						w.deployFailed(o)
+					} else {
+						w.migrateReverted(o)
+					}
+				}})
+		}
+		if op.stage != stNone || w.lcm == lcmFailure {
+			add(step{name: "oned: recover --retry", budget: bChange,
+				run: func(w *world, o *stepOut, _ int) {
+					c := w.cur()
+					if w.op.stage != stNone && !w.op.deploy() {
+						w.op = feOp{stage: stPremigrate, seq: w.op.seq, host: w.op.host, src: w.op.src}
+						w.lcm = lcmMigrate
+						return
+					}
+					w.op = feOp{stage: stPrestart, seq: c.seq, host: c.host}
+					w.lcm = lcmBoot
+				}})
+		}
+		if w.lcm == lcmRunning && op.stage == stNone {
+			// LifeCycleActions.cc:849-856 (release-7.4.0): resume of a VM in
+			// UNKNOWN deploys again under the same HISTORY record.
+			add(step{name: "oned: VM UNKNOWN (monitoring lost); onevm resume", budget: bChange,
+				run: func(w *world, o *stepOut, _ int) {
+					c := w.cur()
+					w.op = feOp{stage: stPrestart, seq: c.seq, host: c.host}
+					w.lcm = lcmBoot
+				}})
+			add(step{name: "oned: onevm poweroff", budget: bChange,
+				run: func(w *world, o *stepOut, _ int) {
+					c := w.cur()
+					if !w.hosts[c.host].cut {
+						w.killDom(c.host)
+					}
+					w.lcm = lcmPoweroff
+				}})
+		}
+		if w.lcm == lcmPoweroff {
+			// LifeCycleActions.cc:858-878: resume from POWEROFF copies the
+			// HISTORY record (a new SEQ on the same host) and deploys.
+			add(step{name: "oned: onevm resume (from POWEROFF)", budget: bChange,
+				run: func(w *world, o *stepOut, _ int) {
+					c := w.cur()
+					seq := c.seq + 1
+					w.hist = append(w.hist, record{seq, c.host})
+					w.op = feOp{stage: stPrestart, seq: seq, host: c.host}
+					w.lcm = lcmBoot
+					o.sayf("HISTORY #%d on %s", seq, mHosts[c.host])
+				}})
+		}
+		add(step{name: "oned: onevm terminate --hard", budget: bChange,
+			run: func(w *world, o *stepOut, _ int) {
+				c := w.cur()
+				if !w.hosts[c.host].cut {
+					w.killDom(c.host)
+				}
+				w.op, w.lcm = feOp{}, lcmDone
+			}})
+		// An operator or evacuation script migrates a domain with libvirt
+		// alone (issue 11 item 1).
+		for x := range w.hosts {
+			if w.hosts[x].dom.phase != phRunning {
+				continue
+			}
+			for y := range w.hosts {
+				if y == x || w.hosts[y].dom.phase != phNone {
+					continue
+				}
+				x, y := x, y
+				add(step{name: fmt.Sprintf("operator: virsh migrate --live one-42 %s→%s (outside OpenNebula)", mHosts[x], mHosts[y]), budget: bChange,
+					run: func(w *world, o *stepOut, _ int) {
+						w.hosts[y].dom = dom{phase: phMigBegin, inst: -1, seq: w.hosts[x].dom.seq, from: x}
+					}})
+			}
+		}
+	}
+
+	// ---- faults and healing
+	for h := range w.hosts {
+		h := h
+		if !w.hosts[h].cut && w.budget.faults < b.faults {
+			add(step{name: fmt.Sprintf("FAULT: %s cut off from Ceph and the front-end", mHosts[h]), budget: bFault,
+				run: func(w *world, o *stepOut, _ int) {
+					// Its clients' watches time out; a lock stays recorded
+					// in the image header until broken.
+					w.hosts[h].cut = true
+					for _, in := range w.insts {
+						if in.host == h && !in.gone {
+							w.f.Unwatch(in.addr)
+						}
+					}
+				}})
+		}
+		if w.hosts[h].cut {
+			add(step{name: fmt.Sprintf("%s comes back", mHosts[h]),
+				run: func(w *world, o *stepOut, _ int) { w.reconnect(h) }})
+		}
+	}
+	if w.f.LeaseHeld(mPool, engine.ClaimObject(mVM)) {
+		add(step{name: "the claim lease runs out (its holder died)",
+			run: func(w *world, o *stepOut, _ int) { w.f.ExpireLeases() }})
+	}
+	if w.budget.ticks < b.ticks && w.somethingExpires() {
+		add(step{name: fmt.Sprintf("%d minutes pass (windows, marks and leases run out)", mWindow+1), budget: bTick,
+			run: func(w *world, o *stepOut, _ int) { w.tick() }})
+	}
+	return out
+}
+
+func (w *world) tick() {
+	w.clock += mWindow + 1
+	w.f.ExpireLeases()
+}
+
+func (w *world) somethingExpires() bool {
+	for h := range w.hosts {
+		if w.markFresh(h) {
+			return true
+		}
+	}
+	if c := w.claim(); c != nil && c.Window != nil && w.now().Before(c.Window.Expires) {
+		return true
+	}
+	return w.f.LeaseHeld(mPool, engine.ClaimObject(mVM))
+}
+
+// reconnect: host h reaches Ceph again; its QEMU clients come back unless
+// they were blocklisted meanwhile.
+func (w *world) reconnect(h int) {
+	w.hosts[h].cut = false
+	for _, in := range w.insts {
+		if in.host == h && !in.gone && !w.blocklisted(in.addr) {
+			w.f.Attach(mDisk, in.addr, false) // the watch; a lock it held stayed
+		}
+	}
+}
+
+// hookRecord is the hook's `started begin` (internal/hook/run.go:332-375):
+// a fresh mark is cleared and nothing recorded; else host step "record".
+// A failure is only logged.
+func (w *world) hookRecord(o *stepOut, crash int, h int) {
+	if w.markFresh(h) {
+		w.hosts[h].mark = false
+		o.sayf("fresh mark: cleared, not recording")
+		return
+	}
+	w.hosts[h].mark = false
+	if w.hosts[h].cut {
+		o.sayf("Ceph unreachable: not recorded (logged)")
+		return
+	}
+	who := w.who(h, -1, engine.SourceHook)
+	_, err := w.call(o, crash, engine.SourceHook, "record", func(e *engine.Engine) (*engine.ClaimResult, error) {
+		return e.Record(ctx, who, mImgs, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{mIP(h)}})
+	})
+	if err == nil {
+		o.sayf("recorded")
+	}
+}
