@@ -39,6 +39,9 @@ type stepOut struct {
 	// fence is set by a step that called Start: for whom.
 	startSeq, startHost int
 	startSource         string
+	// startIncoming: the start was a hook prepare for an incoming migration
+	// (startByFE: one the front-end drives).
+	startIncoming, startByFE bool
 	// fencedNoTrace are clients blocklisted by the step that its result (or,
 	// when it crashed, its event spool) does not carry.
 	fencedNoTrace []string
@@ -187,8 +190,10 @@ func (w *world) migrateReverted(o *stepOut) {
 	w.op = feOp{}
 	w.lcm = lcmRunning
 	seq := w.cur().seq + 1
-	w.hist = append(w.hist, record{seq, src})
-	if d := w.hosts[src].dom; d.phase == phRunning {
+	before := w.hist[len(w.hist)-2] // the source's record the migration left
+	w.hist = append(w.hist, record{seq, src, -1})
+	// The source's instance, if it is the VM's, goes on under the new record.
+	if d := w.hosts[src].dom; d.phase == phRunning && d.seq == before.seq {
 		w.hosts[src].dom.seq = seq
 		if d.inst >= 0 {
 			w.insts[d.inst].seq = seq
@@ -258,6 +263,9 @@ func (w *world) steps(b bound) []step {
 					return
 				}
 				who := w.who(src, w.op.seq, engine.SourceFrontend)
+				if mutant("premigrate-seq+1") {
+					who.Seq++
+				}
 				_, err := w.call(o, crash, engine.SourceFrontend, "premigrate", func(e *engine.Engine) (*engine.ClaimResult, error) {
 					return e.OpenWindow(ctx, who, mHosts[src], mHosts[dst], time.Duration(mWindow)*time.Minute)
 				})
@@ -335,6 +343,7 @@ func (w *world) steps(b bound) []step {
 		case phPrepare:
 			add(step{name: fmt.Sprintf("%s hook: prepare begin", mHosts[h]), crashable: true,
 				run: func(w *world, o *stepOut, crash int) {
+					o.startIncoming, o.startByFE = w.hosts[h].dom.from >= 0, w.hosts[h].dom.byFE
 					how, err := w.hookStart(o, crash, h)
 					if err != nil && !mutant("ignore-hook-refusal") {
 						w.abortStart(o, h)
@@ -430,7 +439,7 @@ func (w *world) steps(b bound) []step {
 							w.killDom(c.host)
 						}
 						seq := c.seq + 1
-						w.hist = append(w.hist, record{seq, h})
+						w.hist = append(w.hist, record{seq, h, -1})
 						w.lcm = lcmBoot
 						w.op = feOp{stage: stPrestart, seq: seq, host: h}
 						o.sayf("HISTORY #%d on %s", seq, mHosts[h])
@@ -441,7 +450,7 @@ func (w *world) steps(b bound) []step {
 					run: func(w *world, o *stepOut, _ int) {
 						c := w.cur()
 						seq := c.seq + 1
-						w.hist = append(w.hist, record{seq, h})
+						w.hist = append(w.hist, record{seq, h, c.host})
 						w.lcm = lcmMigrate
 						w.op = feOp{stage: stPremigrate, seq: seq, host: h, src: c.host}
 						o.sayf("HISTORY #%d on %s", seq, mHosts[h])
@@ -501,7 +510,7 @@ func (w *world) steps(b bound) []step {
 				run: func(w *world, o *stepOut, _ int) {
 					c := w.cur()
 					seq := c.seq + 1
-					w.hist = append(w.hist, record{seq, c.host})
+					w.hist = append(w.hist, record{seq, c.host, -1})
 					w.op = feOp{stage: stPrestart, seq: seq, host: c.host}
 					w.lcm = lcmBoot
 					o.sayf("HISTORY #%d on %s", seq, mHosts[c.host])
@@ -610,6 +619,9 @@ func (w *world) hookRecord(o *stepOut, crash int, h int) {
 	}
 	who := w.who(h, -1, engine.SourceHook)
 	_, err := w.call(o, crash, engine.SourceHook, "record", func(e *engine.Engine) (*engine.ClaimResult, error) {
+		if mutant("started-fences") {
+			return e.Start(ctx, who, mImgs, false)
+		}
 		return e.Record(ctx, who, mImgs, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{mIP(h)}})
 	})
 	if err == nil {

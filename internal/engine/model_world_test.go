@@ -49,8 +49,9 @@ const (
 
 var lcmNames = [...]string{"RUNNING", "BOOT", "MIGRATE", "BOOT_FAILURE", "POWEROFF", "DONE"}
 
-// record is one HISTORY record: deploy SEQ on a host.
-type record struct{ seq, host int }
+// record is one HISTORY record: deploy SEQ on a host; from is the source
+// host when a live migration added it, else -1.
+type record struct{ seq, host, from int }
 
 // stage is where the front-end's driver action stands.
 type stage int
@@ -159,7 +160,7 @@ func (w *world) blocklisted(a engine.Addr) bool {
 // newWorld is VM 42 running deploy #0 on h1, its instance recorded in the
 // claim: the steady state every trace starts from.
 func newWorld() *world {
-	w := &world{f: enginetest.NewFake(), hist: []record{{0, 0}}, lcm: lcmRunning}
+	w := &world{f: enginetest.NewFake(), hist: []record{{0, 0, -1}}, lcm: lcmRunning}
 	w.f.CreateImage(mDisk)
 	for h := range w.hosts {
 		w.hosts[h].dom = dom{inst: -1, from: -1}
@@ -247,6 +248,9 @@ func (c *crashCluster) ImageClients(ctx context.Context, img engine.Image) (engi
 func (c *crashCluster) Blocklist(ctx context.Context, a engine.Addr, d time.Duration) error {
 	if err := c.gate(true); err != nil {
 		return err
+	}
+	if mutant("blocklist-noop") {
+		return nil
 	}
 	return c.Cluster.Blocklist(ctx, a, d)
 }
