@@ -1,3 +1,5 @@
+//go:build !model_lifecycle
+
 package engine_test
 
 // The guards as the mains run them around their engine calls: the
@@ -8,6 +10,11 @@ package engine_test
 // part of it: the hook asks the claim at `migrate begin`, the host step asks
 // libvirt whether the domain runs); the steps, the invariants and the
 // exploration stay as they are.
+//
+// This version follows the code before issue 11's fixes;
+// model_guards_lifecycle_test.go (build tag model_lifecycle) follows the
+// fixed mains on branch wt-lifecycle. Once that branch is merged, replace
+// this file with that one and drop both build tags.
 
 import (
 	"net/netip"

@@ -365,7 +365,7 @@ func (w *world) steps(b bound) []step {
 			add(step{name: fmt.Sprintf("%s hook: release end", mHosts[h]),
 				run: func(w *world, o *stepOut, _ int) {
 					w.hosts[h].dom = dom{inst: -1, from: -1}
-					w.hosts[h].mark = false // internal/hook/run.go:316-327
+					w.hosts[h].mark, w.hosts[h].markWin = false, nil // internal/hook/run.go:316-327
 				}})
 		}
 	}

@@ -109,7 +109,10 @@ type hostState struct {
 	dom    dom
 	mark   bool // the hook's incoming-migration mark for one-42 (internal/hook/mark.go)
 	markAt int  // minute it was set
-	cut    bool // cut off from Ceph and from the front-end
+	// markWin is the handover window the mark holds (the hook after issue
+	// 11's fix keeps the window `migrate begin` accepted; nil before).
+	markWin *engine.Window
+	cut     bool // cut off from Ceph and from the front-end
 }
 
 // inst is one QEMU process of the VM: one Ceph client.
@@ -178,6 +181,22 @@ func newWorld() *world {
 	return w
 }
 
+// windowKey is a mark's window as far as the engine can tell it apart: its
+// fields, times reduced to "the claim's window was opened at the same time".
+func (w *world) windowKey(win *engine.Window) string {
+	if win == nil {
+		return "-"
+	}
+	raw, _ := json.Marshal(win)
+	var m map[string]any
+	_ = json.Unmarshal(raw, &m)
+	delete(m, "expires")
+	c := w.claim()
+	m["opened"] = c != nil && c.Window != nil && c.Window.Opened.Equal(win.Opened)
+	out, _ := json.Marshal(m)
+	return string(out)
+}
+
 // open starts a QEMU instance on host h and returns its index.
 func (w *world) open(h, seq int, running bool) int {
 	a := engine.Addr{IP: mIP(h), Port: 0, Nonce: uint32(101 + len(w.insts))}
@@ -202,7 +221,7 @@ func (w *world) close(i int) {
 func (w *world) killDom(h int) {
 	w.close(w.hosts[h].dom.inst)
 	w.hosts[h].dom = dom{inst: -1, from: -1}
-	w.hosts[h].mark = false
+	w.hosts[h].mark, w.hosts[h].markWin = false, nil
 }
 
 func (w *world) who(h, seq int, source string) engine.Who {
@@ -412,7 +431,7 @@ func (w *world) key() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%v|%d|%+v|%+v|", w.hist, w.lcm, w.op, w.budget)
 	for h, hs := range w.hosts {
-		fmt.Fprintf(&b, "%+v m%v c%v;", hs.dom, w.markFresh(h), hs.cut)
+		fmt.Fprintf(&b, "%+v m%v c%v %s;", hs.dom, w.markFresh(h), hs.cut, w.windowKey(hs.markWin))
 	}
 	for _, in := range w.insts {
 		fmt.Fprintf(&b, "%d %s %d %v %v %s %v %v;", in.host, in.addr, in.seq, in.running, in.gone, in.how, in.fromMig, in.byFE)
