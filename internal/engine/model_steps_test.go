@@ -83,6 +83,11 @@ func (w *world) call(o *stepOut, crash int, source, op string, f func(e *engine.
 		if !spooled[a] || (!o.crashed && !traced[a.String()]) {
 			o.fencedNoTrace = append(o.fencedNoTrace, w.instName(a))
 		}
+		for i := range w.insts {
+			if w.insts[i].addr == a && w.insts[i].fencedBy == nil {
+				w.insts[i].fencedBy = o
+			}
+		}
 	}
 	if o.crashed {
 		o.sayf("CRASHED before Ceph call %d", crash+1)

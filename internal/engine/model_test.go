@@ -255,8 +255,8 @@ func check(w *world, o *stepOut) []violation {
 		}
 		if class == "" {
 			// model-A: the older deploy's instance was admitted (by the
-			// claim, or by the mark of the front-end's own migration) before
-			// a newer deploy's start fenced, and opened the image after it.
+			// claim, or in the front-end's own migration) before a newer
+			// deploy's start fenced, and opened the image after it.
 			newest := -1
 			for _, i := range writers {
 				if w.insts[i].seq > newest {
@@ -265,7 +265,7 @@ func check(w *world, o *stepOut) []violation {
 			}
 			for _, i := range writers {
 				in := w.insts[i]
-				if in.seq < newest && (in.how == "claim" || (in.how == "mark" && in.byFE)) {
+				if in.seq < newest && (in.how == "claim" || in.byFE) {
 					class = "model-A"
 				}
 			}
@@ -275,12 +275,16 @@ func check(w *world, o *stepOut) []violation {
 	if l := w.live(); l >= 0 && w.blocklisted(w.insts[l].addr) {
 		in := w.insts[l]
 		class := ""
+		by := in.fencedBy
+		if by == nil {
+			by = o
+		}
 		switch {
-		case o.startIncoming && !o.startByFE:
-			// a libvirt-only migration admitted by the hook (item 1's fix
-			// refuses it at migrate begin)
+		case (by.startIncoming && !by.startByFE) || (in.fromMig && !in.byFE):
+			// a libvirt-only migration (item 1's fix refuses it at
+			// migrate begin)
 			class = "issue11-item1"
-		case o.startSource != "" && o.startHost == in.host && (o.startSeq == in.seq || o.startSeq < 0):
+		case by.startSource != "" && by.startHost == in.host && (by.startSeq == in.seq || by.startSeq < 0):
 			class = "issue11-item4"
 		}
 		vs = append(vs, violation{inv: "live-fenced", class: class,

@@ -125,6 +125,9 @@ type inst struct {
 	how     string
 	fromMig bool
 	byFE    bool
+	// fencedBy is the start that blocklisted it, if one did (for
+	// attributing a violation; not part of the state).
+	fencedBy *stepOut
 }
 
 type world struct {
