@@ -39,12 +39,18 @@ package engine_test
 // explored further.
 //
 // Expected failures. On the code before issue 11's lifecycle fixes the model
-// finds issue 11's items 1, 2, 4 and 6. They are listed in knownViolations,
-// keyed by the item; the test FAILS when it finds a violation that is not
-// listed (or that it cannot attribute to an item), and ALSO when a listed
-// violation is no longer found. So when a fix lands, its entry must be
-// deleted from knownViolations (the list must end up empty), and a fix that
-// does not close its scenario keeps the test red.
+// finds issue 11's items 1, 2, 4 and 6, and one race issue 11 does not list
+// (model-A). They are listed in knownViolations, keyed by the item; the test
+// FAILS when it finds a violation that is not listed (or that it cannot
+// attribute to an item), and ALSO when a listed violation is no longer
+// found. So when a fix lands, its entry must be deleted from knownViolations
+// (the list must end up empty), and a fix that does not close its scenario
+// keeps the test red. TestModelInvariantsCanFail shows that each invariant
+// fires on a deliberately broken harness, so none of them is vacuous.
+//
+// The mains' logic around the engine calls is in model_guards_test.go (the
+// code before the fixes) and model_guards_lifecycle_test.go (build tag
+// model_lifecycle: the fixed mains of branch wt-lifecycle).
 //
 // Bounds: TestModel runs the CI bound (ciBound) in `go test`;
 // `make model` (RBDFENCE_MODEL=large) runs largeBound.
