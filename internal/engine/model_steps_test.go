@@ -6,6 +6,7 @@ package engine_test
 // oned and libvirt) is modelled here, with the file:line it follows.
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -29,13 +30,27 @@ type step struct {
 	// crashable steps are also explored with their process dying before
 	// each of their Ceph calls (crash >= 0).
 	crashable bool
+	// stallable steps are also explored with their process pausing inside
+	// the claim transaction (crash == crashStall) until a later step.
+	stallable bool
 	run       func(w *world, o *stepOut, crash int)
 }
+
+// crashStall as a step's crash point: the process pauses after taking the
+// claim lease and reading the claim.
+const crashStall = -2
+
+var (
+	errStalled = errors.New("model: the process paused")
+	errNoStall = errors.New("model: the lease is held: nothing to pause in")
+)
 
 // stepOut is what a step did, for the story and the invariants.
 type stepOut struct {
 	say     []string
 	crashed bool
+	stalled bool
+	resumed bool // a paused step resuming
 	// fence is set by a step that called Start: for whom.
 	startSeq, startHost int
 	startSource         string
@@ -54,6 +69,23 @@ func (o *stepOut) sayf(format string, a ...any) { o.say = append(o.say, fmt.Spri
 // the report becomes audit records and events, Do.go:115-147) and checks
 // that every client it blocklisted has an audit record and an event.
 func (w *world) call(o *stepOut, crash int, source, op string, f func(e *engine.Engine) (*engine.ClaimResult, error)) (*engine.ClaimResult, error) {
+	oid := engine.ClaimObject(mVM)
+	if crash == crashStall {
+		who := w.lastWho
+		cookie := fmt.Sprintf("host=%s source=%s run=%s seq=%d", who.Host, who.Source, who.Run, who.Seq)
+		if err := w.f.AcquireLease(ctx, mPool, oid, cookie, mLease); err != nil {
+			return nil, errNoStall
+		}
+		data, ver, _ := w.f.ReadObject(ctx, mPool, oid)
+		w.stalled = &stall{source: o.startSource, host: o.startHost, seq: o.startSeq, cookie: cookie, data: data, version: ver}
+		o.stalled = true
+		o.sayf("PAUSED after taking the claim lease and reading the claim")
+		return nil, errStalled
+	}
+	if w.resuming != nil {
+		// txn releases its lease by its cookie when it returns
+		defer w.f.ReleaseLease(ctx, mPool, oid, w.resuming.cookie)
+	}
 	before := map[engine.Addr]bool{}
 	for _, a := range w.f.BlocklistedAddrs() {
 		before[a] = true
@@ -184,9 +216,14 @@ func (w *world) steps(b bound) []step {
 	// ---- the front-end's driver action
 	switch op.stage {
 	case stPrestart:
-		add(step{name: fmt.Sprintf("front-end prestart #%d on %s", op.seq, mHosts[op.host]), crashable: true,
+		add(step{name: fmt.Sprintf("front-end prestart #%d on %s", op.seq, mHosts[op.host]), crashable: true, stallable: true,
 			run: func(w *world, o *stepOut, crash int) {
-				if err := w.feStart(o, crash, w.op.host, w.op.seq); err != nil {
+				err := w.feStart(o, crash, w.op.host, w.op.seq)
+				if errors.Is(err, errStalled) {
+					w.op.stage = stStalled
+					return
+				}
+				if err != nil {
 					w.deployFailed(o)
 					return
 				}
@@ -298,10 +335,14 @@ func (w *world) steps(b bound) []step {
 					w.hosts[h].dom.phase = phPrepare
 				}})
 		case phPrepare:
-			add(step{name: fmt.Sprintf("%s hook: prepare begin", mHosts[h]), crashable: true,
+			add(step{name: fmt.Sprintf("%s hook: prepare begin", mHosts[h]), crashable: true, stallable: true,
 				run: func(w *world, o *stepOut, crash int) {
 					o.startIncoming, o.startByFE = w.hosts[h].dom.from >= 0, w.hosts[h].dom.byFE
 					how, err := w.hookStart(o, crash, h)
+					if errors.Is(err, errStalled) {
+						w.hosts[h].dom.phase = phStalled
+						return
+					}
 					if err != nil && !mutant("ignore-hook-refusal") {
 						w.abortStart(o, h)
 						return
@@ -373,6 +414,44 @@ func (w *world) steps(b bound) []step {
 					w.hosts[h].mark, w.hosts[h].markWin = false, nil // internal/hook/run.go:316-327
 				}})
 		}
+	}
+
+	// ---- a paused step resumes, from the claim it read before pausing
+	if st := w.stalled; st != nil {
+		what := "front-end prestart"
+		if st.source == engine.SourceHook {
+			what = "hook prepare"
+		}
+		add(step{name: fmt.Sprintf("the paused %s on %s resumes", what, mHosts[st.host]),
+			run: func(w *world, o *stepOut, _ int) {
+				s := w.stalled
+				w.stalled, w.resuming = nil, s
+				o.resumed = true
+				defer func() { w.resuming = nil }()
+				if s.source == engine.SourceFrontend {
+					err := w.feStart(o, -1, s.host, s.seq)
+					switch {
+					case w.op.stage != stStalled || w.op.host != s.host || w.op.seq != s.seq:
+						o.sayf("its driver action was abandoned meanwhile: the result goes nowhere")
+					case err != nil:
+						w.deployFailed(o)
+					default:
+						w.op.stage = stCreate
+					}
+					return
+				}
+				o.startIncoming, o.startByFE = w.hosts[s.host].dom.from >= 0, w.hosts[s.host].dom.byFE
+				how, err := w.hookStart(o, -1, s.host)
+				switch {
+				case w.hosts[s.host].dom.phase != phStalled:
+					o.sayf("the domain's start was abandoned meanwhile")
+				case err != nil:
+					w.abortStart(o, s.host)
+				default:
+					w.hosts[s.host].dom.how = how
+					w.hosts[s.host].dom.phase = phOpen
+				}
+			}})
 	}
 
 	// ---- oned-side changes and operators
@@ -522,7 +601,7 @@ func (w *world) steps(b bound) []step {
 		}
 	}
 	if w.f.LeaseHeld(mPool, engine.ClaimObject(mVM)) {
-		add(step{name: "the claim lease runs out (its holder died)",
+		add(step{name: "the claim lease runs out (its holder died or is paused)",
 			run: func(w *world, o *stepOut, _ int) { w.f.ExpireLeases() }})
 	}
 	if w.budget.ticks < b.ticks && w.somethingExpires() {

@@ -66,9 +66,10 @@ const (
 	stMigrating         // migrate: waiting for libvirt
 	stPostmigrate       // migrate: TM postmigrate (host step on the destination)
 	stFailmigrate       // migrate: TM failmigrate (destination, else source)
+	stStalled           // deploy: prestart paused inside its claim transaction
 )
 
-var stageNames = [...]string{"-", "prestart", "create", "creating", "premigrate", "migrate", "migrating", "postmigrate", "failmigrate"}
+var stageNames = [...]string{"-", "prestart", "create", "creating", "premigrate", "migrate", "migrating", "postmigrate", "failmigrate", "prestart PAUSED"}
 
 // feOp is the driver action in flight (stage stNone: none).
 type feOp struct {
@@ -78,7 +79,9 @@ type feOp struct {
 	src   int // migrate: the source
 }
 
-func (o feOp) deploy() bool { return o.stage >= stPrestart && o.stage <= stCreating }
+func (o feOp) deploy() bool {
+	return (o.stage >= stPrestart && o.stage <= stCreating) || o.stage == stStalled
+}
 
 // phase is where libvirt's domain one-42 stands on one host.
 type phase int
@@ -92,9 +95,10 @@ const (
 	phStarted        // hook `started begin` next
 	phRunning        // running
 	phRelease        // migrated away: hook `release end` next
+	phStalled        // hook `prepare begin` paused inside its claim transaction
 )
 
-var phaseNames = [...]string{"-", "migrate-begin", "prepare", "open", "incoming", "started", "running", "release"}
+var phaseNames = [...]string{"-", "migrate-begin", "prepare", "open", "incoming", "started", "running", "release", "prepare PAUSED"}
 
 type dom struct {
 	phase phase
@@ -140,6 +144,21 @@ type world struct {
 	insts  []inst
 	runs   int
 	budget struct{ changes, faults, ticks int }
+	// stalled is a step whose process took the claim lease, read the claim
+	// and then paused (a stuck Ceph call, a paused process): its lease runs
+	// out while it waits; when it resumes it goes on from that read.
+	stalled *stall
+	// transient, while a step runs
+	lastWho  engine.Who
+	resuming *stall
+}
+
+type stall struct {
+	source    string // frontend (prestart) or hook (prepare)
+	host, seq int
+	cookie    string
+	data      []byte
+	version   uint64
 }
 
 func (w *world) clone() *world {
@@ -229,6 +248,7 @@ func (w *world) killDom(h int) {
 
 func (w *world) who(h, seq int, source string) engine.Who {
 	w.runs++
+	w.lastWho = engine.Who{VM: mVM, Seq: seq, Host: mHosts[h], Source: source, Run: fmt.Sprintf("run%d", w.runs)}
 	return engine.Who{VM: mVM, Seq: seq, Host: mHosts[h], Source: source, Run: fmt.Sprintf("run%d", w.runs), Pool: mPool,
 		HostIPs: []netip.Addr{mIP(h)}}
 }
@@ -313,11 +333,36 @@ func (c *crashCluster) WriteObject(ctx context.Context, pool, oid string, data [
 	return c.Cluster.WriteObject(ctx, pool, oid, data, version)
 }
 
+// resumeCluster is the Ceph a paused step sees when it resumes: it holds
+// the lease already (as far as it knows) and its first read of the claim
+// is the one it made before pausing.
+type resumeCluster struct {
+	engine.Cluster
+	s    *stall
+	read bool
+}
+
+func (c *resumeCluster) AcquireLease(ctx context.Context, pool, oid, cookie string, d time.Duration) error {
+	return nil
+}
+
+func (c *resumeCluster) ReadObject(ctx context.Context, pool, oid string) ([]byte, uint64, error) {
+	if !c.read {
+		c.read = true
+		return append([]byte(nil), c.s.data...), c.s.version, nil
+	}
+	return c.Cluster.ReadObject(ctx, pool, oid)
+}
+
 // engine returns an engine over the world's Ceph as a host step builds it
 // (fencer.EngineOptions, MissingOK, OnBlocklisted spooling the event), whose
 // process dies before Ceph call number crash (-1: never).
 func (w *world) engine(crash int, spooled map[engine.Addr]bool) (*engine.Engine, *crashCluster) {
-	cc := &crashCluster{Cluster: w.f, budget: crash}
+	var base engine.Cluster = w.f
+	if w.resuming != nil {
+		base = &resumeCluster{Cluster: w.f, s: w.resuming}
+	}
+	cc := &crashCluster{Cluster: base, budget: crash}
 	e := engine.New(cc, engine.Options{Lease: mLease, MissingOK: true, Concurrency: 1,
 		OnBlocklisted: func(image string, c engine.ClientReport) {
 			if spooled != nil && !mutant("no-spool") {
@@ -439,25 +484,34 @@ func (w *world) key() string {
 	for _, in := range w.insts {
 		fmt.Fprintf(&b, "%d %s %d %v %v %s %v %v;", in.host, in.addr, in.seq, in.running, in.gone, in.how, in.fromMig, in.byFE)
 	}
-	// The claim as stored, generically (fields added to engine.Claim later
-	// count too), without the run id and the times, the window's expiry
-	// reduced to open or not.
-	if raw := w.f.Object(mPool, engine.ClaimObject(mVM)); len(raw) > 0 {
-		var m map[string]any
-		if err := json.Unmarshal(raw, &m); err != nil {
-			panic(err)
-		}
-		delete(m, "run")
-		delete(m, "updated")
-		if win, ok := m["window"].(map[string]any); ok {
-			delete(win, "opened")
-			if c := w.claim(); c != nil && c.Window != nil {
-				win["expires"] = w.now().Before(c.Window.Expires)
-			}
-		}
-		out, _ := json.Marshal(m) // map keys sorted
-		b.Write(out)
+	b.WriteString(w.claimKey(w.f.Object(mPool, engine.ClaimObject(mVM))))
+	if st := w.stalled; st != nil {
+		fmt.Fprintf(&b, "|stalled %s %d %d stale=%v %s", st.source, st.host, st.seq, st.version != w.f.ObjectVersion(mPool, engine.ClaimObject(mVM)), w.claimKey(st.data))
 	}
 	fmt.Fprintf(&b, "|L%v|%s", w.f.LeaseHeld(mPool, engine.ClaimObject(mVM)), w.f.Observable())
 	return b.String()
+}
+
+// claimKey is a stored claim as far as anything can tell it apart:
+// generically (fields added to engine.Claim later count too), without the
+// run id and the times, the window's expiry reduced to open or not.
+func (w *world) claimKey(raw []byte) string {
+	if len(raw) == 0 {
+		return "none"
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		panic(err)
+	}
+	delete(m, "run")
+	delete(m, "updated")
+	if win, ok := m["window"].(map[string]any); ok {
+		delete(win, "opened")
+		var c engine.Claim
+		if json.Unmarshal(raw, &c) == nil && c.Window != nil {
+			win["expires"] = w.now().Before(c.Window.Expires)
+		}
+	}
+	out, _ := json.Marshal(m) // map keys sorted
+	return string(out)
 }

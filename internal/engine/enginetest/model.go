@@ -128,3 +128,13 @@ func (f *Fake) Unwatch(a engine.Addr) {
 		im.watchers = ws
 	}
 }
+
+// ObjectVersion returns the version of object oid in pool (0 when absent).
+func (f *Fake) ObjectVersion(pool, oid string) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if o := f.obj(pool, oid, false); o != nil {
+		return o.version
+	}
+	return 0
+}
