@@ -51,6 +51,9 @@ type stepOut struct {
 	crashed bool
 	stalled bool
 	resumed bool // a paused step resuming
+	// abandoned: the resumed step's action was given up meanwhile (oned
+	// moved on, the domain was destroyed): a stale process.
+	abandoned bool
 	// fence is set by a step that called Start: for whom.
 	startSeq, startHost int
 	startSource         string
@@ -432,6 +435,7 @@ func (w *world) steps(b bound) []step {
 					err := w.feStart(o, -1, s.host, s.seq)
 					switch {
 					case w.op.stage != stStalled || w.op.host != s.host || w.op.seq != s.seq:
+						o.abandoned = true
 						o.sayf("its driver action was abandoned meanwhile: the result goes nowhere")
 					case err != nil:
 						w.deployFailed(o)
@@ -444,6 +448,7 @@ func (w *world) steps(b bound) []step {
 				how, err := w.hookStart(o, -1, s.host)
 				switch {
 				case w.hosts[s.host].dom.phase != phStalled:
+					o.abandoned = true
 					o.sayf("the domain's start was abandoned meanwhile")
 				case err != nil:
 					w.abortStart(o, s.host)

@@ -301,21 +301,22 @@ func check(w *world, o *stepOut) []violation {
 			by = o
 		}
 		switch {
+		case by.resumed && by.abandoned:
+			// a stale process: its own start was abandoned meanwhile
+			class = "model-B"
 		case (by.startIncoming && !by.startByFE) || (in.fromMig && !in.byFE):
 			// a libvirt-only migration (item 1's fix refuses it at
 			// migrate begin)
 			class = "issue11-item1"
 		case by.startSource != "" && by.startHost == in.host && (by.startSeq == in.seq || by.startSeq < 0):
 			class = "issue11-item4"
-		case by.resumed:
-			class = "model-B"
 		}
 		vs = append(vs, violation{inv: "live-fenced", class: class,
 			msg: fmt.Sprintf("the live instance q%d@%s (deploy #%d) was fenced", l+1, mHosts[in.host], in.seq)})
 	}
 	if len(o.fencedNoTrace) > 0 {
 		class := ""
-		if o.resumed {
+		if o.resumed && o.abandoned {
 			class = "model-B"
 		}
 		vs = append(vs, violation{inv: "fence-untraced", class: class,
