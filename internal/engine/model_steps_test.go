@@ -54,6 +54,9 @@ type stepOut struct {
 	// abandoned: the resumed step's action was given up meanwhile (oned
 	// moved on, the domain was destroyed): a stale process.
 	abandoned bool
+	// stale: the claim changed between the paused step's read and its
+	// resumption (another run took the lease and wrote).
+	stale bool
 	// fence is set by a step that called Start: for whom.
 	startSeq, startHost int
 	startSource         string
@@ -430,6 +433,7 @@ func (w *world) steps(b bound) []step {
 				s := w.stalled
 				w.stalled, w.resuming = nil, s
 				o.resumed = true
+				o.stale = s.version != w.f.ObjectVersion(mPool, engine.ClaimObject(mVM))
 				defer func() { w.resuming = nil }()
 				if s.source == engine.SourceFrontend {
 					err := w.feStart(o, -1, s.host, s.seq)

@@ -301,8 +301,8 @@ func check(w *world, o *stepOut) []violation {
 			by = o
 		}
 		switch {
-		case by.resumed && by.abandoned:
-			// a stale process: its own start was abandoned meanwhile
+		case by.resumed && by.stale:
+			// a process that fenced from a stale read of the claim
 			class = "model-B"
 		case (by.startIncoming && !by.startByFE) || (in.fromMig && !in.byFE):
 			// a libvirt-only migration (item 1's fix refuses it at
@@ -316,7 +316,7 @@ func check(w *world, o *stepOut) []violation {
 	}
 	if len(o.fencedNoTrace) > 0 {
 		class := ""
-		if o.resumed && o.abandoned {
+		if o.resumed && o.stale {
 			class = "model-B"
 		}
 		vs = append(vs, violation{inv: "fence-untraced", class: class,
