@@ -334,6 +334,10 @@ func (w *world) steps(b bound) []step {
 		case phMigBegin:
 			add(step{name: fmt.Sprintf("%s hook: migrate begin (incoming from %s)", mHosts[h], mHosts[d.from]),
 				run: func(w *world, o *stepOut, _ int) {
+					if c := w.claim(); c != nil && c.Window != nil && w.now().Before(c.Window.Expires) &&
+						c.Window.Src == mHosts[w.hosts[h].dom.from] && c.Window.Dst == mHosts[h] {
+						w.hosts[h].dom.winOK = true
+					}
 					if err := w.hookMigrateBegin(o, h); err != nil {
 						w.abortStart(o, h)
 						return
@@ -364,7 +368,7 @@ func (w *world) steps(b bound) []step {
 				run: func(w *world, o *stepOut, _ int) {
 					d := w.hosts[h].dom
 					i := w.open(h, d.seq, d.from < 0)
-					w.insts[i].how, w.insts[i].fromMig, w.insts[i].byFE = d.how, d.from >= 0, d.byFE
+					w.insts[i].how, w.insts[i].fromMig, w.insts[i].byFE, w.insts[i].winOK = d.how, d.from >= 0, d.byFE, d.winOK
 					w.hosts[h].dom.inst = i
 					if d.from < 0 {
 						w.hosts[h].dom.phase = phStarted

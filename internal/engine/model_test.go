@@ -266,7 +266,7 @@ func check(w *world, o *stepOut) []violation {
 			in := w.insts[i]
 			names = append(names, fmt.Sprintf("q%d@%s (deploy #%d, admitted by %s)", i+1, mHosts[in.host], in.seq, in.how))
 			switch {
-			case in.fromMig && !in.byFE:
+			case in.fromMig && !in.byFE && !in.winOK:
 				// a libvirt-only migration's instance (item 1's fix refuses
 				// it at migrate begin)
 				class = "issue11-item1"
@@ -286,7 +286,7 @@ func check(w *world, o *stepOut) []violation {
 			}
 			for _, i := range writers {
 				in := w.insts[i]
-				if in.seq < newest && (in.how == "claim" || in.byFE) {
+				if in.seq < newest && (in.how == "claim" || in.byFE || in.winOK) {
 					class = "model-A"
 				}
 			}
@@ -304,11 +304,14 @@ func check(w *world, o *stepOut) []violation {
 		case by.resumed && by.stale:
 			// a process that fenced from a stale read of the claim
 			class = "model-B"
-		case (by.startIncoming && !by.startByFE) || (in.fromMig && !in.byFE):
+		case (by.startIncoming && !by.startByFE) || (in.fromMig && !in.byFE && !in.winOK):
 			// a libvirt-only migration (item 1's fix refuses it at
 			// migrate begin)
 			class = "issue11-item1"
-		case by.startSource != "" && by.startHost == in.host && (by.startSeq == in.seq || by.startSeq < 0):
+		case by.startSource != "" && by.startHost == in.host:
+			// a start on the host where the live instance runs (its own
+			// deploy; or one oned has since moved it under: a failed
+			// migration's new record)
 			class = "issue11-item4"
 		}
 		vs = append(vs, violation{inv: "live-fenced", class: class,

@@ -107,6 +107,9 @@ type dom struct {
 	from  int  // incoming migration: the source host; -1 for a create
 	byFE  bool // started by the front-end's driver action (not by hand)
 	how   string
+	// winOK: at `migrate begin` the claim held an open window from the
+	// source to this host (for attributing violations)
+	winOK bool
 }
 
 type hostState struct {
@@ -129,6 +132,7 @@ type inst struct {
 	how     string
 	fromMig bool
 	byFE    bool
+	winOK   bool // see dom.winOK
 	// fencedBy is the start that blocklisted it, if one did (for
 	// attributing a violation; not part of the state).
 	fencedBy *stepOut
