@@ -53,6 +53,12 @@ test-clean:
 fuzz:
 	bash test/fuzz.sh $(FUZZTIME)
 
+# model: the model-based test of the claim protocol at its larger bound
+# (go test runs the CI bound); prints states, time and every violation's trace.
+.PHONY: model
+model:
+	RBDFENCE_MODEL=large $(GO) test -tags $(TAGS) -count=1 -timeout 60m -run 'TestModel$$' -v ./internal/engine/
+
 demo: deps build
 	bash test/demo.sh
 

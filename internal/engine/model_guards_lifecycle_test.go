@@ -1,0 +1,136 @@
+//go:build model_lifecycle
+
+package engine_test
+
+// The guards of the mains after issue 11's lifecycle fixes (branch
+// wt-lifecycle, commits 1dc3af3..3583bab): see model_guards_test.go, which
+// this file replaces once that branch is merged (then drop the build tags).
+
+import (
+	"net/netip"
+
+	"github.com/rbdfence/rbdfence/internal/engine"
+)
+
+// hookMigrateBegin is the hook's `migrate begin` (wt-lifecycle
+// internal/hook/run.go, runner.migrate): host step "incoming" asks the
+// claim (engine.AcceptIncoming); an incoming migration the front-end did
+// not open for the current deploy is refused before QEMU starts. The
+// accepted window is kept in the mark. Ceph unreachable: fail closed.
+func (w *world) hookMigrateBegin(o *stepOut, h int) error {
+	if w.hosts[h].cut {
+		o.sayf("Ceph unreachable: refused (fail closed)")
+		return errCrashed
+	}
+	who := w.who(h, -1, engine.SourceHook)
+	var win *engine.Window
+	_, err := w.call(o, -1, engine.SourceHook, "incoming", func(e *engine.Engine) (*engine.ClaimResult, error) {
+		var err error
+		win, err = e.AcceptIncoming(ctx, who)
+		return nil, err
+	})
+	if err != nil {
+		return err
+	}
+	w.hosts[h].mark, w.hosts[h].markAt, w.hosts[h].markWin = true, w.clock, win
+	o.sayf("incoming migration accepted; mark set")
+	return nil
+}
+
+// domainActive is what the host step learns from libvirt
+// (internal/domstate): the VM's domain runs (or is paused) on h.
+func (w *world) domainActive(h int) bool {
+	switch w.hosts[h].dom.phase {
+	case phOpen, phIncoming, phStarted, phRunning:
+		return true
+	}
+	return false
+}
+
+// feStart is the front-end's prestart: host step "start" on the chosen host
+// with the HISTORY SEQ; the step refuses without fencing when libvirt runs
+// the VM's domain there (wt-lifecycle internal/fencer/running.go).
+func (w *world) feStart(o *stepOut, crash int, h, seq int) error {
+	o.startSeq, o.startHost, o.startSource = seq, h, engine.SourceFrontend
+	if w.hosts[h].cut {
+		o.sayf("host step cannot reach Ceph: refused (fence.fail_open false)")
+		return errCrashed
+	}
+	if w.domainActive(h) {
+		o.sayf("one-42 already runs on %s: refused without fencing", mHosts[h])
+		return errCrashed
+	}
+	who := w.who(h, seq, engine.SourceFrontend)
+	_, err := w.call(o, crash, engine.SourceFrontend, "prestart", func(e *engine.Engine) (*engine.ClaimResult, error) {
+		return e.Start(ctx, who, mImgs, false)
+	})
+	if err == nil {
+		o.sayf("admitted")
+	}
+	return err
+}
+
+// hookStart is the hook's `prepare begin`: a fresh mark makes the start a
+// handover candidate (Who.Incoming = the mark's window); the engine decides.
+func (w *world) hookStart(o *stepOut, crash int, h int) (how string, err error) {
+	var incoming *engine.Window
+	if w.markFresh(h) {
+		incoming = w.hosts[h].markWin
+		if incoming == nil {
+			incoming = &engine.Window{}
+		}
+	} else {
+		w.hosts[h].mark, w.hosts[h].markWin = false, nil
+	}
+	o.startSeq, o.startHost, o.startSource = -1, h, engine.SourceHook
+	if w.hosts[h].cut {
+		o.sayf("Ceph unreachable: refused (fail closed)")
+		return "", errCrashed
+	}
+	who := w.who(h, -1, engine.SourceHook)
+	who.Incoming = incoming
+	res, err := w.call(o, crash, engine.SourceHook, "start", func(e *engine.Engine) (*engine.ClaimResult, error) {
+		return e.Start(ctx, who, mImgs, false)
+	})
+	if err != nil {
+		return "", err
+	}
+	o.sayf("admitted")
+	switch {
+	case incoming != nil && res.Handover:
+		return "mark", nil // the migration's handover, as the claim holds it
+	case res.Handover:
+		return "claim+handover", nil
+	}
+	return "claim", nil
+}
+
+// hookRecord is the hook's `started begin`: a fresh mark is cleared; with a
+// window, the instance is recorded in the claim's window (Who.Incoming).
+func (w *world) hookRecord(o *stepOut, crash int, h int) {
+	var incoming *engine.Window
+	if w.markFresh(h) {
+		incoming = w.hosts[h].markWin
+		w.hosts[h].mark, w.hosts[h].markWin = false, nil
+		if incoming == nil {
+			o.sayf("fresh mark without a window: cleared, not recording")
+			return
+		}
+	}
+	w.hosts[h].mark, w.hosts[h].markWin = false, nil
+	if w.hosts[h].cut {
+		o.sayf("Ceph unreachable: not recorded (logged)")
+		return
+	}
+	who := w.who(h, -1, engine.SourceHook)
+	who.Incoming = incoming
+	_, err := w.call(o, crash, engine.SourceHook, "record", func(e *engine.Engine) (*engine.ClaimResult, error) {
+		if mutant("started-fences") {
+			return e.Start(ctx, who, mImgs, false)
+		}
+		return e.Record(ctx, who, mImgs, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{mIP(h)}})
+	})
+	if err == nil {
+		o.sayf("recorded")
+	}
+}

@@ -1,0 +1,653 @@
+package engine_test
+
+// The steps of the model. Each front-end and hook step calls the real
+// engine exactly as its main does; the main's own logic around the call
+// (the hook's mark, fail-closed on Ceph errors, what a failed step means to
+// oned and libvirt) is modelled here, with the file:line it follows.
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/audit"
+	"github.com/rbdfence/rbdfence/internal/collision"
+	"github.com/rbdfence/rbdfence/internal/engine"
+)
+
+// budget classes of steps.
+const (
+	bChange = "change" // an oned-side change or an operator's action
+	bFault  = "fault"
+	bTick   = "tick" // time passes
+)
+
+type step struct {
+	name   string
+	budget string
+	// crashable steps are also explored with their process dying before
+	// each of their Ceph calls (crash >= 0).
+	crashable bool
+	// stallable steps are also explored with their process pausing inside
+	// the claim transaction (crash == crashStall) until a later step.
+	stallable bool
+	run       func(w *world, o *stepOut, crash int)
+}
+
+// crashStall as a step's crash point: the process pauses after taking the
+// claim lease and reading the claim.
+const crashStall = -2
+
+var (
+	errStalled = errors.New("model: the process paused")
+	errNoStall = errors.New("model: the lease is held: nothing to pause in")
+)
+
+// stepOut is what a step did, for the story and the invariants.
+type stepOut struct {
+	say     []string
+	crashed bool
+	stalled bool
+	resumed bool // a paused step resuming
+	// abandoned: the resumed step's action was given up meanwhile (oned
+	// moved on, the domain was destroyed): a stale process.
+	abandoned bool
+	// stale: the claim changed between the paused step's read and its
+	// resumption (another run took the lease and wrote).
+	stale bool
+	// fence is set by a step that called Start: for whom.
+	startSeq, startHost int
+	startSource         string
+	// startIncoming: the start was a hook prepare for an incoming migration
+	// (startByFE: one the front-end drives).
+	startIncoming, startByFE bool
+	// fencedNoTrace are clients blocklisted by the step that its result (or,
+	// when it crashed, its event spool) does not carry.
+	fencedNoTrace []string
+}
+
+func (o *stepOut) sayf(format string, a ...any) { o.say = append(o.say, fmt.Sprintf(format, a...)) }
+
+// call runs one engine operation as fencer.Do does (internal/fencer/do.go:
+// one engine per run, OnBlocklisted spools the event before the lock break,
+// the report becomes audit records and events, Do.go:115-147) and checks
+// that every client it blocklisted has an audit record and an event.
+func (w *world) call(o *stepOut, crash int, source, op string, f func(e *engine.Engine) (*engine.ClaimResult, error)) (*engine.ClaimResult, error) {
+	oid := engine.ClaimObject(mVM)
+	if crash == crashStall {
+		who := w.lastWho
+		cookie := fmt.Sprintf("host=%s source=%s run=%s seq=%d", who.Host, who.Source, who.Run, who.Seq)
+		if err := w.f.AcquireLease(ctx, mPool, oid, cookie, mLease); err != nil {
+			return nil, errNoStall
+		}
+		data, ver, _ := w.f.ReadObject(ctx, mPool, oid)
+		w.stalled = &stall{source: o.startSource, host: o.startHost, seq: o.startSeq, cookie: cookie, data: data, version: ver}
+		o.stalled = true
+		o.sayf("PAUSED after taking the claim lease and reading the claim")
+		return nil, errStalled
+	}
+	if w.resuming != nil {
+		// txn releases its lease by its cookie when it returns
+		defer w.f.ReleaseLease(ctx, mPool, oid, w.resuming.cookie)
+	}
+	before := map[engine.Addr]bool{}
+	for _, a := range w.f.BlocklistedAddrs() {
+		before[a] = true
+	}
+	spooled := map[engine.Addr]bool{}
+	e, cc := w.engine(crash, spooled)
+	res, err := f(e)
+	o.crashed = cc.dead
+	traced := map[string]bool{}
+	if !o.crashed && res != nil && !mutant("no-audit") {
+		recs := audit.FromReport(res.Report, audit.Meta{Run: "model", Op: op, VM: mVM}, w.now())
+		evs := collision.Events(recs, source+"/"+op)
+		inEvents := map[string]bool{}
+		for _, ev := range evs {
+			inEvents[ev.Address] = true
+		}
+		for _, r := range recs {
+			if inEvents[r.Address] {
+				traced[r.Address] = true
+			}
+		}
+	}
+	for _, a := range w.f.BlocklistedAddrs() {
+		if before[a] {
+			continue
+		}
+		if !spooled[a] || (!o.crashed && !traced[a.String()]) {
+			o.fencedNoTrace = append(o.fencedNoTrace, w.instName(a))
+		}
+		for i := range w.insts {
+			if w.insts[i].addr == a && w.insts[i].fencedBy == nil {
+				w.insts[i].fencedBy = o
+			}
+		}
+	}
+	if o.crashed {
+		o.sayf("CRASHED before Ceph call %d", crash+1)
+		return nil, errCrashed
+	}
+	if err != nil {
+		o.sayf("error: %v", shortErr(err))
+	}
+	if res != nil && res.Report != nil && res.Report.Fenced > 0 {
+		var fenced []string
+		for _, im := range res.Report.Images {
+			for _, c := range im.Clients {
+				if c.Fenced() {
+					a, _ := engine.ParseAddr(c.Address)
+					fenced = append(fenced, w.instName(a))
+				}
+			}
+		}
+		for _, c := range res.Report.Recorded {
+			if c.Fenced() {
+				a, _ := engine.ParseAddr(c.Address)
+				fenced = append(fenced, w.instName(a)+"(recorded)")
+			}
+		}
+		o.sayf("fenced %s", strings.Join(fenced, ", "))
+	}
+	if res != nil && res.Handover {
+		o.sayf("handover: nothing fenced")
+	}
+	return res, err
+}
+
+func shortErr(err error) string {
+	s := err.Error()
+	if i := strings.Index(s, " at 20"); i > 0 {
+		if j := strings.Index(s[i+1:], ";"); j > 0 {
+			s = s[:i] + s[i+1+j:]
+		}
+	}
+	return s
+}
+
+// deployFailed: the deploy action failed; oned sets BOOT_FAILURE.
+func (w *world) deployFailed(o *stepOut) {
+	w.op = feOp{}
+	w.lcm = lcmFailure
+	o.sayf("deploy failed: oned BOOT_FAILURE")
+}
+
+// migrateReverted is oned's handling of a failed live migration: RUNNING on
+// the source under a new HISTORY record copied from the previous one
+// (OpenNebula release-7.4.0 src/lcm/LifeCycleStates.cc:80-164,
+// cp_previous_history at :141).
+func (w *world) migrateReverted(o *stepOut) {
+	src := w.op.src
+	w.op = feOp{}
+	w.lcm = lcmRunning
+	seq := w.cur().seq + 1
+	before := w.hist[len(w.hist)-2] // the source's record the migration left
+	w.hist = append(w.hist, record{seq, src, -1})
+	// The source's instance, if it is the VM's, goes on under the new record.
+	if d := w.hosts[src].dom; d.phase == phRunning && d.seq == before.seq {
+		w.hosts[src].dom.seq = seq
+		if d.inst >= 0 {
+			w.insts[d.inst].seq = seq
+		}
+	}
+	o.sayf("migration failed: oned RUNNING on %s as #%d", mHosts[src], seq)
+}
+
+// abortStart: libvirt aborts the start of the domain on h (a hook refused,
+// the migration broke): the domain is gone, the mark stays (no `release`).
+func (w *world) abortStart(o *stepOut, h int) {
+	d := w.hosts[h].dom
+	w.close(d.inst)
+	w.hosts[h].dom = dom{inst: -1, from: -1}
+	switch {
+	case d.byFE && d.from < 0 && w.op.stage == stCreating && w.op.host == h:
+		w.deployFailed(o)
+	case d.byFE && d.from >= 0 && w.op.stage == stMigrating && w.op.host == h:
+		w.op.stage = stFailmigrate
+		o.sayf("virsh migrate failed: failmigrate next")
+	default:
+		o.sayf("start of one-42 on %s aborted", mHosts[h])
+	}
+}
+
+// steps returns every step enabled in w within the bound.
+func (w *world) steps(b bound) []step {
+	var out []step
+	add := func(s step) { out = append(out, s) }
+	op := w.op
+
+	// ---- the front-end's driver action
+	switch op.stage {
+	case stPrestart:
+		add(step{name: fmt.Sprintf("front-end prestart #%d on %s", op.seq, mHosts[op.host]), crashable: true, stallable: true,
+			run: func(w *world, o *stepOut, crash int) {
+				err := w.feStart(o, crash, w.op.host, w.op.seq)
+				if errors.Is(err, errStalled) {
+					w.op.stage = stStalled
+					return
+				}
+				if err != nil {
+					w.deployFailed(o)
+					return
+				}
+				w.op.stage = stCreate
+			}})
+	case stCreate:
+		add(step{name: fmt.Sprintf("vmm deploy: virsh create one-42 on %s", mHosts[op.host]),
+			run: func(w *world, o *stepOut, _ int) {
+				h := w.op.host
+				if w.hosts[h].cut {
+					o.sayf("host unreachable")
+					w.deployFailed(o)
+					return
+				}
+				if w.hosts[h].dom.phase != phNone {
+					o.sayf("domain already exists")
+					w.deployFailed(o)
+					return
+				}
+				w.hosts[h].dom = dom{phase: phPrepare, inst: -1, seq: w.op.seq, from: -1, byFE: true}
+				w.op.stage = stCreating
+			}})
+	case stPremigrate:
+		add(step{name: fmt.Sprintf("front-end premigrate #%d %s→%s (on %s)", op.seq, mHosts[op.src], mHosts[op.host], mHosts[op.src]), crashable: true,
+			run: func(w *world, o *stepOut, crash int) {
+				src, dst := w.op.src, w.op.host
+				if w.hosts[src].cut {
+					o.sayf("source unreachable")
+					w.migrateReverted(o)
+					return
+				}
+				who := w.who(src, w.op.seq, engine.SourceFrontend)
+				if mutant("premigrate-seq+1") {
+					who.Seq++
+				}
+				_, err := w.call(o, crash, engine.SourceFrontend, "premigrate", func(e *engine.Engine) (*engine.ClaimResult, error) {
+					return e.OpenWindow(ctx, who, mHosts[src], mHosts[dst], time.Duration(mWindow)*time.Minute)
+				})
+				if err != nil {
+					w.migrateReverted(o)
+					return
+				}
+				o.sayf("window open")
+				w.op.stage = stMigrate
+			}})
+	case stMigrate:
+		add(step{name: fmt.Sprintf("vmm migrate: virsh migrate one-42 %s→%s", mHosts[op.src], mHosts[op.host]),
+			run: func(w *world, o *stepOut, _ int) {
+				src, dst := w.op.src, w.op.host
+				if w.hosts[src].dom.phase != phRunning || w.hosts[dst].dom.phase != phNone || w.hosts[dst].cut {
+					o.sayf("virsh migrate failed at once")
+					w.op.stage = stFailmigrate
+					return
+				}
+				w.hosts[dst].dom = dom{phase: phMigBegin, inst: -1, seq: w.op.seq, from: src, byFE: true}
+				w.op.stage = stMigrating
+			}})
+	case stPostmigrate:
+		add(step{name: fmt.Sprintf("front-end postmigrate #%d %s→%s (on %s)", op.seq, mHosts[op.src], mHosts[op.host], mHosts[op.host]), crashable: true,
+			run: func(w *world, o *stepOut, crash int) {
+				src, dst := w.op.src, w.op.host
+				if w.hosts[dst].cut {
+					o.sayf("destination unreachable: postmigrate failed (only logged)")
+				} else {
+					who := w.who(dst, w.op.seq, engine.SourceFrontend)
+					_, err := w.call(o, crash, engine.SourceFrontend, "postmigrate", func(e *engine.Engine) (*engine.ClaimResult, error) {
+						return e.CloseWindow(ctx, who, mImgs, mHosts[src], mHosts[dst], []netip.Addr{mIP(dst)}, engine.Migrated)
+					})
+					if err != nil {
+						o.sayf("postmigrate failed (only logged)")
+					}
+				}
+				w.op = feOp{}
+				w.lcm = lcmRunning
+			}})
+	case stFailmigrate:
+		add(step{name: fmt.Sprintf("front-end failmigrate #%d %s→%s", op.seq, mHosts[op.src], mHosts[op.host]), crashable: true,
+			run: func(w *world, o *stepOut, crash int) {
+				src, dst := w.op.src, w.op.host
+				// internal/fencer/do.go:131-135: on dst, or on src when dst cannot be reached.
+				on, outcome := dst, engine.Failed
+				if w.hosts[dst].cut {
+					on, outcome = src, engine.FailedFromSource
+				}
+				if w.hosts[on].cut {
+					o.sayf("unreachable: failmigrate failed")
+				} else {
+					who := w.who(on, w.op.seq, engine.SourceFrontend)
+					_, _ = w.call(o, crash, engine.SourceFrontend, "failmigrate", func(e *engine.Engine) (*engine.ClaimResult, error) {
+						return e.CloseWindow(ctx, who, mImgs, mHosts[src], mHosts[dst], []netip.Addr{mIP(on)}, outcome)
+					})
+				}
+				w.migrateReverted(o)
+			}})
+	}
+
+	// ---- libvirt and the hook on each host
+	for h := range w.hosts {
+		h := h
+		d := w.hosts[h].dom
+		switch d.phase {
+		case phMigBegin:
+			add(step{name: fmt.Sprintf("%s hook: migrate begin (incoming from %s)", mHosts[h], mHosts[d.from]),
+				run: func(w *world, o *stepOut, _ int) {
+					if c := w.claim(); c != nil && c.Window != nil && w.now().Before(c.Window.Expires) &&
+						c.Window.Src == mHosts[w.hosts[h].dom.from] && c.Window.Dst == mHosts[h] {
+						w.hosts[h].dom.winOK = true
+					}
+					if err := w.hookMigrateBegin(o, h); err != nil {
+						w.abortStart(o, h)
+						return
+					}
+					w.hosts[h].dom.phase = phPrepare
+				}})
+		case phPrepare:
+			add(step{name: fmt.Sprintf("%s hook: prepare begin", mHosts[h]), crashable: true, stallable: true,
+				run: func(w *world, o *stepOut, crash int) {
+					o.startIncoming, o.startByFE = w.hosts[h].dom.from >= 0, w.hosts[h].dom.byFE
+					how, err := w.hookStart(o, crash, h)
+					if errors.Is(err, errStalled) {
+						w.hosts[h].dom.phase = phStalled
+						return
+					}
+					if err != nil && !mutant("ignore-hook-refusal") {
+						w.abortStart(o, h)
+						return
+					}
+					w.hosts[h].dom.how = how
+					w.hosts[h].dom.phase = phOpen
+				}})
+		case phOpen:
+			if w.hosts[h].cut {
+				break // QEMU cannot reach Ceph: it waits
+			}
+			add(step{name: fmt.Sprintf("%s QEMU opens the image", mHosts[h]),
+				run: func(w *world, o *stepOut, _ int) {
+					d := w.hosts[h].dom
+					i := w.open(h, d.seq, d.from < 0)
+					w.insts[i].how, w.insts[i].fromMig, w.insts[i].byFE, w.insts[i].winOK = d.how, d.from >= 0, d.byFE, d.winOK
+					w.hosts[h].dom.inst = i
+					if d.from < 0 {
+						w.hosts[h].dom.phase = phStarted
+						o.sayf("q%d writes", i+1)
+					} else {
+						w.hosts[h].dom.phase = phIncoming
+						o.sayf("q%d open, incoming", i+1)
+					}
+				}})
+		case phIncoming:
+			if w.hosts[h].cut {
+				break // the destination cannot take the lock: the switchover waits
+			}
+			add(step{name: fmt.Sprintf("migration switchover %s→%s", mHosts[d.from], mHosts[h]),
+				run: func(w *world, o *stepOut, _ int) {
+					d := w.hosts[h].dom
+					sd := w.hosts[d.from].dom
+					if sd.phase != phRunning || sd.inst < 0 || w.insts[sd.inst].gone {
+						o.sayf("source domain gone: migration failed")
+						w.abortStart(o, h)
+						return
+					}
+					w.close(sd.inst)
+					w.hosts[d.from].dom.phase, w.hosts[d.from].dom.inst = phRelease, -1
+					in := &w.insts[d.inst]
+					in.running = true
+					if !w.hosts[h].cut && !w.blocklisted(in.addr) {
+						w.f.Hide(in.addr)
+						w.f.Attach(mDisk, in.addr, true)
+					}
+					w.hosts[h].dom.phase = phStarted
+					o.sayf("q%d stops, q%d writes", sd.inst+1, d.inst+1)
+				}})
+		case phStarted:
+			add(step{name: fmt.Sprintf("%s hook: started begin", mHosts[h]), crashable: true,
+				run: func(w *world, o *stepOut, crash int) {
+					w.hookRecord(o, crash, h)
+					w.hosts[h].dom.phase = phRunning
+					d := w.hosts[h].dom
+					switch {
+					case d.byFE && d.from < 0 && w.op.stage == stCreating && w.op.host == h:
+						w.op, w.lcm = feOp{}, lcmRunning
+						o.sayf("deploy done: oned RUNNING")
+					case d.byFE && d.from >= 0 && w.op.stage == stMigrating && w.op.host == h:
+						w.op.stage = stPostmigrate
+						o.sayf("virsh migrate done: postmigrate next")
+					}
+				}})
+		case phRelease:
+			add(step{name: fmt.Sprintf("%s hook: release end", mHosts[h]),
+				run: func(w *world, o *stepOut, _ int) {
+					w.hosts[h].dom = dom{inst: -1, from: -1}
+					w.hosts[h].mark, w.hosts[h].markWin = false, nil // internal/hook/run.go:316-327
+				}})
+		}
+	}
+
+	// ---- a paused step resumes, from the claim it read before pausing
+	if st := w.stalled; st != nil {
+		what := "front-end prestart"
+		if st.source == engine.SourceHook {
+			what = "hook prepare"
+		}
+		add(step{name: fmt.Sprintf("the paused %s on %s resumes", what, mHosts[st.host]),
+			run: func(w *world, o *stepOut, _ int) {
+				s := w.stalled
+				w.stalled, w.resuming = nil, s
+				o.resumed = true
+				o.stale = s.version != w.f.ObjectVersion(mPool, engine.ClaimObject(mVM))
+				defer func() { w.resuming = nil }()
+				if s.source == engine.SourceFrontend {
+					err := w.feStart(o, -1, s.host, s.seq)
+					switch {
+					case w.op.stage != stStalled || w.op.host != s.host || w.op.seq != s.seq:
+						o.abandoned = true
+						o.sayf("its driver action was abandoned meanwhile: the result goes nowhere")
+					case err != nil:
+						w.deployFailed(o)
+					default:
+						w.op.stage = stCreate
+					}
+					return
+				}
+				o.startIncoming, o.startByFE = w.hosts[s.host].dom.from >= 0, w.hosts[s.host].dom.byFE
+				how, err := w.hookStart(o, -1, s.host)
+				switch {
+				case w.hosts[s.host].dom.phase != phStalled:
+					o.abandoned = true
+					o.sayf("the domain's start was abandoned meanwhile")
+				case err != nil:
+					w.abortStart(o, s.host)
+				default:
+					w.hosts[s.host].dom.how = how
+					w.hosts[s.host].dom.phase = phOpen
+				}
+			}})
+	}
+
+	// ---- oned-side changes and operators
+	if w.lcm != lcmDone && w.budget.changes < b.changes {
+		cur := w.cur()
+		for h := range w.hosts {
+			h := h
+			// recover --recreate (or the HA hook's reschedule): oned's
+			// cleanup destroys the domain on the old record's host, unless
+			// that host cannot be reached (cut off) or the cleanup fails.
+			for _, cleanup := range []bool{true, false} {
+				cleanup := cleanup
+				name := fmt.Sprintf("oned: recover --recreate: new deploy on %s", mHosts[h])
+				if !cleanup {
+					name += " (the cleanup of the old domain fails)"
+				}
+				add(step{name: name, budget: bChange,
+					run: func(w *world, o *stepOut, _ int) {
+						c := w.cur()
+						if cleanup && !w.hosts[c.host].cut {
+							w.killDom(c.host)
+						}
+						seq := c.seq + 1
+						w.hist = append(w.hist, record{seq, h, -1})
+						w.lcm = lcmBoot
+						w.op = feOp{stage: stPrestart, seq: seq, host: h}
+						o.sayf("HISTORY #%d on %s", seq, mHosts[h])
+					}})
+			}
+			if w.lcm == lcmRunning && op.stage == stNone && h != cur.host {
+				add(step{name: fmt.Sprintf("oned: live migrate to %s", mHosts[h]), budget: bChange,
+					run: func(w *world, o *stepOut, _ int) {
+						c := w.cur()
+						seq := c.seq + 1
+						w.hist = append(w.hist, record{seq, h, c.host})
+						w.lcm = lcmMigrate
+						w.op = feOp{stage: stPremigrate, seq: seq, host: h, src: c.host}
+						o.sayf("HISTORY #%d on %s", seq, mHosts[h])
+					}})
+			}
+		}
+		if op.stage != stNone {
+			add(step{name: "oned restarts; recover --success", budget: bChange,
+				run: func(w *world, o *stepOut, _ int) {
+					w.op, w.lcm = feOp{}, lcmRunning
+					o.sayf("the driver action is abandoned; oned RUNNING on %s", mHosts[w.cur().host])
+				}})
+			add(step{name: "oned restarts; recover --failure", budget: bChange,
+				run: func(w *world, o *stepOut, _ int) {
+					if w.op.deploy() {
+						w.deployFailed(o)
+					} else {
+						w.migrateReverted(o)
+					}
+				}})
+		}
+		if op.stage != stNone || w.lcm == lcmFailure {
+			add(step{name: "oned: recover --retry", budget: bChange,
+				run: func(w *world, o *stepOut, _ int) {
+					c := w.cur()
+					if w.op.stage != stNone && !w.op.deploy() {
+						w.op = feOp{stage: stPremigrate, seq: w.op.seq, host: w.op.host, src: w.op.src}
+						w.lcm = lcmMigrate
+						return
+					}
+					w.op = feOp{stage: stPrestart, seq: c.seq, host: c.host}
+					w.lcm = lcmBoot
+				}})
+		}
+		if w.lcm == lcmRunning && op.stage == stNone {
+			// LifeCycleActions.cc:849-856 (release-7.4.0): resume of a VM in
+			// UNKNOWN deploys again under the same HISTORY record.
+			add(step{name: "oned: VM UNKNOWN (monitoring lost); onevm resume", budget: bChange,
+				run: func(w *world, o *stepOut, _ int) {
+					c := w.cur()
+					w.op = feOp{stage: stPrestart, seq: c.seq, host: c.host}
+					w.lcm = lcmBoot
+				}})
+			add(step{name: "oned: onevm poweroff", budget: bChange,
+				run: func(w *world, o *stepOut, _ int) {
+					c := w.cur()
+					if !w.hosts[c.host].cut {
+						w.killDom(c.host)
+					}
+					w.lcm = lcmPoweroff
+				}})
+		}
+		if w.lcm == lcmPoweroff {
+			// LifeCycleActions.cc:858-878: resume from POWEROFF copies the
+			// HISTORY record (a new SEQ on the same host) and deploys.
+			add(step{name: "oned: onevm resume (from POWEROFF)", budget: bChange,
+				run: func(w *world, o *stepOut, _ int) {
+					c := w.cur()
+					seq := c.seq + 1
+					w.hist = append(w.hist, record{seq, c.host, -1})
+					w.op = feOp{stage: stPrestart, seq: seq, host: c.host}
+					w.lcm = lcmBoot
+					o.sayf("HISTORY #%d on %s", seq, mHosts[c.host])
+				}})
+		}
+		add(step{name: "oned: onevm terminate --hard", budget: bChange,
+			run: func(w *world, o *stepOut, _ int) {
+				c := w.cur()
+				if !w.hosts[c.host].cut {
+					w.killDom(c.host)
+				}
+				w.op, w.lcm = feOp{}, lcmDone
+			}})
+		// An operator or evacuation script migrates a domain with libvirt
+		// alone (issue 11 item 1).
+		for x := range w.hosts {
+			if w.hosts[x].dom.phase != phRunning {
+				continue
+			}
+			for y := range w.hosts {
+				if y == x || w.hosts[y].dom.phase != phNone {
+					continue
+				}
+				x, y := x, y
+				add(step{name: fmt.Sprintf("operator: virsh migrate --live one-42 %s→%s (outside OpenNebula)", mHosts[x], mHosts[y]), budget: bChange,
+					run: func(w *world, o *stepOut, _ int) {
+						w.hosts[y].dom = dom{phase: phMigBegin, inst: -1, seq: w.hosts[x].dom.seq, from: x}
+					}})
+			}
+		}
+	}
+
+	// ---- faults and healing
+	for h := range w.hosts {
+		h := h
+		if !w.hosts[h].cut && w.budget.faults < b.faults {
+			add(step{name: fmt.Sprintf("FAULT: %s cut off from Ceph and the front-end", mHosts[h]), budget: bFault,
+				run: func(w *world, o *stepOut, _ int) {
+					// Its clients' watches time out; a lock stays recorded
+					// in the image header until broken.
+					w.hosts[h].cut = true
+					for _, in := range w.insts {
+						if in.host == h && !in.gone {
+							w.f.Unwatch(in.addr)
+						}
+					}
+				}})
+		}
+		if w.hosts[h].cut {
+			add(step{name: fmt.Sprintf("%s comes back", mHosts[h]),
+				run: func(w *world, o *stepOut, _ int) { w.reconnect(h) }})
+		}
+	}
+	if w.f.LeaseHeld(mPool, engine.ClaimObject(mVM)) {
+		add(step{name: "the claim lease runs out (its holder died or is paused)",
+			run: func(w *world, o *stepOut, _ int) { w.f.ExpireLeases() }})
+	}
+	if w.budget.ticks < b.ticks && w.somethingExpires() {
+		add(step{name: fmt.Sprintf("%d minutes pass (windows, marks and leases run out)", mWindow+1), budget: bTick,
+			run: func(w *world, o *stepOut, _ int) { w.tick() }})
+	}
+	return out
+}
+
+func (w *world) tick() {
+	w.clock += mWindow + 1
+	w.f.ExpireLeases()
+}
+
+func (w *world) somethingExpires() bool {
+	for h := range w.hosts {
+		if w.markFresh(h) {
+			return true
+		}
+	}
+	if c := w.claim(); c != nil && c.Window != nil && w.now().Before(c.Window.Expires) {
+		return true
+	}
+	return w.f.LeaseHeld(mPool, engine.ClaimObject(mVM))
+}
+
+// reconnect: host h reaches Ceph again; its QEMU clients come back unless
+// they were blocklisted meanwhile.
+func (w *world) reconnect(h int) {
+	w.hosts[h].cut = false
+	for _, in := range w.insts {
+		if in.host == h && !in.gone && !w.blocklisted(in.addr) {
+			w.f.Attach(mDisk, in.addr, false) // the watch; a lock it held stayed
+		}
+	}
+}
