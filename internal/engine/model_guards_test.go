@@ -1,20 +1,14 @@
-//go:build !model_lifecycle
-
 package engine_test
 
 // The guards as the mains run them around their engine calls: the
 // front-end's host step "start" (internal/frontend/prestart.go,
-// internal/fencer/do.go) and the libvirt hook's `migrate begin`, `prepare
+// internal/fencer/step.go) and the libvirt hook's `migrate begin`, `prepare
 // begin` and `started begin` (internal/hook/run.go, mark.go). This is the
-// one file to adapt when the mains' logic changes (issue 11's fixes move
-// part of it: the hook asks the claim at `migrate begin`, the host step asks
-// libvirt whether the domain runs); the steps, the invariants and the
-// exploration stay as they are.
-//
-// This version follows the code before issue 11's fixes;
-// model_guards_lifecycle_test.go (build tag model_lifecycle) follows the
-// fixed mains on branch wt-lifecycle. Once that branch is merged, replace
-// this file with that one and drop both build tags.
+// one file to adapt when the mains' logic changes; the steps, the
+// invariants and the exploration stay as they are. Since issue 11's fixes
+// the hook asks the claim at `migrate begin` (AcceptIncoming) and keeps the
+// accepted window in its mark, and the host step asks libvirt whether the
+// domain runs (internal/fencer/running.go) before a front-end start.
 
 import (
 	"net/netip"
@@ -22,50 +16,82 @@ import (
 	"github.com/rbdfence/rbdfence/internal/engine"
 )
 
-// hookMigrateBegin is the hook's `migrate begin` (internal/hook/run.go:
-// 294-312): set the mark, admit.
+// hookMigrateBegin is the hook's `migrate begin` (internal/hook/run.go, runner.migrate): host step "incoming" asks the
+// claim (engine.AcceptIncoming); an incoming migration the front-end did
+// not open for the current deploy is refused before QEMU starts. The
+// accepted window is kept in the mark. Ceph unreachable: fail closed.
 func (w *world) hookMigrateBegin(o *stepOut, h int) error {
-	w.hosts[h].mark, w.hosts[h].markAt = true, w.clock
-	o.sayf("mark set")
+	if w.hosts[h].cut {
+		o.sayf("Ceph unreachable: refused (fail closed)")
+		return errCrashed
+	}
+	who := w.who(h, -1, engine.SourceHook)
+	var win *engine.Window
+	_, err := w.call(o, -1, engine.SourceHook, "incoming", func(e *engine.Engine) (*engine.ClaimResult, error) {
+		var err error
+		win, err = e.AcceptIncoming(ctx, who)
+		return nil, err
+	})
+	if err != nil {
+		return err
+	}
+	w.hosts[h].mark, w.hosts[h].markAt, w.hosts[h].markWin = true, w.clock, win
+	o.sayf("incoming migration accepted; mark set")
 	return nil
 }
 
-// feStart is the front-end's prestart: host step "start" on the chosen
-// host with the HISTORY SEQ (internal/frontend/prestart.go:132-152, remote
-// mode: the step runs on the host, so its address is known). A host cut
-// off cannot check: refused, fail closed.
+// domainActive is what the host step learns from libvirt
+// (internal/domstate): the VM's domain runs (or is paused) on h.
+func (w *world) domainActive(h int) bool {
+	switch w.hosts[h].dom.phase {
+	case phOpen, phIncoming, phStarted, phRunning:
+		return true
+	}
+	return false
+}
+
+// feStart is the front-end's prestart: host step "start" on the chosen host
+// with the HISTORY SEQ; the step refuses without fencing when libvirt runs
+// the VM's domain there (wt-lifecycle internal/fencer/running.go).
 func (w *world) feStart(o *stepOut, crash int, h, seq int) error {
 	o.startSeq, o.startHost, o.startSource = seq, h, engine.SourceFrontend
 	if w.hosts[h].cut {
 		o.sayf("host step cannot reach Ceph: refused (fence.fail_open false)")
 		return errCrashed
 	}
+	if w.domainActive(h) {
+		o.sayf("one-42 already runs on %s: refused without fencing", mHosts[h])
+		return errCrashed
+	}
 	who := w.who(h, seq, engine.SourceFrontend)
-	res, err := w.call(o, crash, engine.SourceFrontend, "prestart", func(e *engine.Engine) (*engine.ClaimResult, error) {
+	_, err := w.call(o, crash, engine.SourceFrontend, "prestart", func(e *engine.Engine) (*engine.ClaimResult, error) {
 		return e.Start(ctx, who, mImgs, false)
 	})
 	if err == nil {
 		o.sayf("admitted")
-		_ = res
 	}
 	return err
 }
 
-// hookStart is the hook's `prepare begin` (internal/hook/run.go:159-226):
-// a fresh mark admits without the engine (:173-179), an expired one is
-// removed (mark.go:113-118), then host step "start" with SEQ -1.
+// hookStart is the hook's `prepare begin`: a fresh mark makes the start a
+// handover candidate (Who.Incoming = the mark's window); the engine decides.
 func (w *world) hookStart(o *stepOut, crash int, h int) (how string, err error) {
+	var incoming *engine.Window
 	if w.markFresh(h) {
-		o.sayf("fresh incoming-migration mark: admitted without the claim")
-		return "mark", nil
+		incoming = w.hosts[h].markWin
+		if incoming == nil {
+			incoming = &engine.Window{}
+		}
+	} else {
+		w.hosts[h].mark, w.hosts[h].markWin = false, nil
 	}
-	w.hosts[h].mark = false
 	o.startSeq, o.startHost, o.startSource = -1, h, engine.SourceHook
 	if w.hosts[h].cut {
 		o.sayf("Ceph unreachable: refused (fail closed)")
 		return "", errCrashed
 	}
 	who := w.who(h, -1, engine.SourceHook)
+	who.Incoming = incoming
 	res, err := w.call(o, crash, engine.SourceHook, "start", func(e *engine.Engine) (*engine.ClaimResult, error) {
 		return e.Start(ctx, who, mImgs, false)
 	})
@@ -73,27 +99,34 @@ func (w *world) hookStart(o *stepOut, crash int, h int) (how string, err error) 
 		return "", err
 	}
 	o.sayf("admitted")
-	if res.Handover {
+	switch {
+	case incoming != nil && res.Handover:
+		return "mark", nil // the migration's handover, as the claim holds it
+	case res.Handover:
 		return "claim+handover", nil
 	}
 	return "claim", nil
 }
 
-// hookRecord is the hook's `started begin` (internal/hook/run.go:332-375):
-// a fresh mark is cleared and nothing recorded; else host step "record".
-// A failure is only logged.
+// hookRecord is the hook's `started begin`: a fresh mark is cleared; with a
+// window, the instance is recorded in the claim's window (Who.Incoming).
 func (w *world) hookRecord(o *stepOut, crash int, h int) {
+	var incoming *engine.Window
 	if w.markFresh(h) {
-		w.hosts[h].mark = false
-		o.sayf("fresh mark: cleared, not recording")
-		return
+		incoming = w.hosts[h].markWin
+		w.hosts[h].mark, w.hosts[h].markWin = false, nil
+		if incoming == nil {
+			o.sayf("fresh mark without a window: cleared, not recording")
+			return
+		}
 	}
-	w.hosts[h].mark = false
+	w.hosts[h].mark, w.hosts[h].markWin = false, nil
 	if w.hosts[h].cut {
 		o.sayf("Ceph unreachable: not recorded (logged)")
 		return
 	}
 	who := w.who(h, -1, engine.SourceHook)
+	who.Incoming = incoming
 	_, err := w.call(o, crash, engine.SourceHook, "record", func(e *engine.Engine) (*engine.ClaimResult, error) {
 		if mutant("started-fences") {
 			return e.Start(ctx, who, mImgs, false)

@@ -41,18 +41,17 @@ package engine_test
 // explored further.
 //
 // Expected failures. On the code before issue 11's lifecycle fixes the model
-// finds issue 11's items 1, 2, 4 and 6, and two races issue 11 does not list
-// (model-A, model-B). They are listed in knownViolations, keyed by the item; the test
-// FAILS when it finds a violation that is not listed (or that it cannot
-// attribute to an item), and ALSO when a listed violation is no longer
-// found. So when a fix lands, its entry must be deleted from knownViolations
+// found issue 11's items 1, 2, 4 and 6 (traces in the closing note of issues
+// 11 and 14); with the fixes merged it finds none of them. It also finds two
+// races issue 11 does not list (model-A, model-B), not fixed yet: they are
+// listed in knownViolations. The test FAILS when it finds a violation that
+// is not listed (or that it cannot attribute), and ALSO when a listed
+// violation is no longer found: when a fix lands, its entry must be deleted
 // (the list must end up empty), and a fix that does not close its scenario
 // keeps the test red. TestModelInvariantsCanFail shows that each invariant
 // fires on a deliberately broken harness, so none of them is vacuous.
 //
-// The mains' logic around the engine calls is in model_guards_test.go (the
-// code before the fixes) and model_guards_lifecycle_test.go (build tag
-// model_lifecycle: the fixed mains of branch wt-lifecycle).
+// The mains' logic around the engine calls is in model_guards_test.go.
 //
 // Bounds: TestModel runs the CI bound (ciBound) in `go test`;
 // `make model` (RBDFENCE_MODEL=large) runs largeBound.
@@ -69,13 +68,9 @@ import (
 	"github.com/rbdfence/rbdfence/internal/engine"
 )
 
-// knownViolations are the issue-11 items the model finds on the code before
-// the lifecycle fixes. Delete an entry when its fix is merged.
+// knownViolations are the races the model finds that are not fixed yet.
+// Delete an entry when its fix is merged.
 var knownViolations = map[string]string{
-	"issue11-item1": "an incoming live migration is admitted without the claim (the hook's mark; a migration the front-end did not open)",
-	"issue11-item2": "a migration window admits any start on its destination",
-	"issue11-item4": "same deploy, same host, instance still running: the live VM is fenced",
-	"issue11-item6": "a missed postmigrate blocks the destination forever",
 	// Found by this model, not in issue 11 (reported to the lead): a start
 	// of an older deploy, admitted (by the claim, or by the mark of the
 	// front-end's own migration), opens the image only after a newer
