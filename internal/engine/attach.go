@@ -12,7 +12,7 @@ import "context"
 // the VM.
 func (e *Engine) Attach(ctx context.Context, w Who, imgs []Image) (*ClaimResult, error) {
 	res := &ClaimResult{}
-	_, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
+	_, err := e.txn(ctx, w, func(prev *Claim, fresh stillOurs) (*Claim, error) {
 		res.Previous = prev
 		if prev != nil {
 			res.Claim = *prev
@@ -22,6 +22,9 @@ func (e *Engine) Attach(ctx context.Context, w Who, imgs []Image) (*ClaimResult,
 		}
 		extra, err := e.recordedFor(ctx, nil, imgs)
 		if err != nil {
+			return nil, err
+		}
+		if err := fresh(); err != nil {
 			return nil, err
 		}
 		res.Report = e.Fence(ctx, imgs, Scope{}, extra)

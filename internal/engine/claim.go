@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -231,7 +232,19 @@ type ClaimResult struct {
 // txn runs fn under the VM's claim lease with a compare-and-swap write of the
 // claim fn returns, retrying from the read when the write lost. fn receives
 // nil when there is no claim yet; returning a nil claim writes nothing.
-func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim) (*Claim, error)) (*Claim, error) {
+// errClaimChanged: the claim changed since fn read it (txn reads it again).
+var errClaimChanged = errors.New("the claim changed while this run decided")
+
+// stillOurs, given to a txn's fn, returns nil when this run still holds the
+// claim's lease and the claim is still what fn was given. fn calls it right
+// before it fences: a run that paused (or was slow) past its lease must not
+// fence from a stale read of the claim while another run has moved it on
+// (a newer deploy's instance may be running by then). It returns a
+// *ClaimHeldError when another run holds the lease now, and errClaimChanged
+// (txn then starts over from a fresh read) when the claim changed.
+type stillOurs func() error
+
+func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim, fresh stillOurs) (*Claim, error)) (*Claim, error) {
 	oid := ClaimObject(w.VM)
 	err := e.c.AcquireLease(ctx, w.Pool, oid, w.cookie(), e.o.Lease)
 	var held *LeaseHeldError
@@ -258,7 +271,31 @@ func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim) (*Claim, e
 				return nil, fmt.Errorf("VM %d: claim %s/%s is corrupt (%v): inspect it with 'rados -p %s get %s -' and remove it if it is garbage", w.VM, w.Pool, oid, err, w.Pool, oid)
 			}
 		}
-		next, err := fn(prev)
+		fresh := func() error {
+			err := e.c.AcquireLease(ctx, w.Pool, oid, w.cookie(), e.o.Lease)
+			if errors.As(err, &held) {
+				return &ClaimHeldError{VM: w.VM, Holder: held.Holder}
+			}
+			if err != nil {
+				return fmt.Errorf("VM %d: cannot renew the claim lease %s/%s: %w", w.VM, w.Pool, oid, err)
+			}
+			now, nowVer, err := e.c.ReadObject(ctx, w.Pool, oid)
+			if err != nil && !errors.Is(err, ErrObjectNotFound) {
+				return fmt.Errorf("VM %d: cannot read claim %s/%s: %w", w.VM, w.Pool, oid, err)
+			}
+			if !bytes.Equal(now, data) {
+				return errClaimChanged
+			}
+			// Same claim: the version moved only with our lease (taking a
+			// lock writes the object's lock attribute), so the write that
+			// follows compares against the version as it is now.
+			ver = nowVer
+			return nil
+		}
+		next, err := fn(prev, fresh)
+		if errors.Is(err, errClaimChanged) {
+			continue
+		}
 		if err != nil || next == nil {
 			return nil, err
 		}
@@ -309,7 +346,7 @@ func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*
 		return e.checkStart(ctx, w, imgs)
 	}
 	res := &ClaimResult{}
-	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
+	written, err := e.txn(ctx, w, func(prev *Claim, fresh stillOurs) (*Claim, error) {
 		res.Previous = prev
 		if handover(w, prev, e.now()) == nil {
 			// The incoming migration the window was opened for: the
@@ -333,6 +370,9 @@ func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*
 		next := &Claim{Seq: seq, Host: w.Host, Source: w.Source, State: StateStarting}
 		extra, err := e.recordedFor(ctx, prev, imgs)
 		if err != nil {
+			return nil, err
+		}
+		if err := fresh(); err != nil {
 			return nil, err
 		}
 		res.Report = e.Fence(ctx, imgs, Scope{}, extra)
@@ -476,7 +516,7 @@ func (e *Engine) checkStart(ctx context.Context, w Who, imgs []Image) (*ClaimRes
 func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (*ClaimResult, error) {
 	res := &ClaimResult{}
 	incoming := false
-	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
+	written, err := e.txn(ctx, w, func(prev *Claim, fresh stillOurs) (*Claim, error) {
 		res.Previous = prev
 		incoming = handover(w, prev, e.now()) == nil
 		if !incoming {
@@ -532,7 +572,7 @@ func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (
 // migration of an older deploy than the claim's is refused.
 func (e *Engine) OpenWindow(ctx context.Context, w Who, src, dst string, ttl time.Duration) (*ClaimResult, error) {
 	res := &ClaimResult{}
-	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
+	written, err := e.txn(ctx, w, func(prev *Claim, fresh stillOurs) (*Claim, error) {
 		res.Previous = prev
 		if prev != nil && w.Seq >= 0 && (prev.Seq > w.Seq || (prev.Window != nil && prev.Window.Seq > w.Seq)) {
 			return nil, &NewerDeployError{VM: w.VM, Ours: w.Seq, Recorded: *prev}
@@ -588,7 +628,7 @@ const (
 func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst string, hereIPs []netip.Addr, outcome MigrationOutcome) (*ClaimResult, error) {
 	scope := Scope{HostIPs: hereIPs}
 	res := &ClaimResult{}
-	written, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
+	written, err := e.txn(ctx, w, func(prev *Claim, fresh stillOurs) (*Claim, error) {
 		res.Previous = prev
 		if prev != nil && w.Seq >= 0 && prev.Seq > w.Seq {
 			// A late postmigrate or failmigrate of an older deploy: the
@@ -618,6 +658,9 @@ func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst 
 			if strings.EqualFold(prev.Host, src) {
 				next.HostAddrs = prev.HostAddrs
 			}
+		}
+		if err := fresh(); err != nil {
+			return nil, err
 		}
 		res.Report = e.Fence(ctx, imgs, scope, nil)
 		if err := res.Report.Err(); err != nil {
@@ -748,7 +791,7 @@ func (e *Engine) ResetClaim(ctx context.Context, w Who) (*Claim, error) {
 
 // WriteClaim replaces the VM's claim under its lease (admin and tests).
 func (e *Engine) WriteClaim(ctx context.Context, w Who, c Claim) error {
-	_, err := e.txn(ctx, w, func(*Claim) (*Claim, error) { return &c, nil })
+	_, err := e.txn(ctx, w, func(*Claim, stillOurs) (*Claim, error) { return &c, nil })
 	return err
 }
 

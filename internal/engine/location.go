@@ -72,7 +72,7 @@ func (e *Engine) MoveClaim(ctx context.Context, w Who, legacy []string) (string,
 	// Under the new location's lease: write the claim there unless a
 	// concurrent run did meanwhile.
 	moved := ""
-	_, err = e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
+	_, err = e.txn(ctx, w, func(prev *Claim, fresh stillOurs) (*Claim, error) {
 		if prev != nil {
 			return nil, nil
 		}

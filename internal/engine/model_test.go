@@ -42,9 +42,10 @@ package engine_test
 //
 // Expected failures. On the code before issue 11's lifecycle fixes the model
 // found issue 11's items 1, 2, 4 and 6 (traces in the closing note of issues
-// 11 and 14); with the fixes merged it finds none of them. It also finds two
-// races issue 11 does not list (model-A, model-B), not fixed yet: they are
-// listed in knownViolations. The test FAILS when it finds a violation that
+// 11 and 14); with the fixes merged it finds none of them. It also found two
+// races issue 11 does not list: model-B (a start paused past its lease
+// fenced from a stale read of the claim; fixed: txn's stillOurs check before
+// every fence) and model-A, not fixed yet, listed in knownViolations. The test FAILS when it finds a violation that
 // is not listed (or that it cannot attribute), and ALSO when a listed
 // violation is no longer found: when a fix lands, its entry must be deleted
 // (the list must end up empty), and a fix that does not close its scenario
@@ -77,13 +78,6 @@ var knownViolations = map[string]string{
 	// deploy's start fenced: nothing of it was open or recorded then, and
 	// nothing fences it later.
 	"model-A": "an admitted start of an older deploy opens the image after a newer deploy's fence",
-	// Found by this model, not in issue 11 (reported to the lead): a start
-	// that pauses inside its claim transaction (engine.txn) past its lease
-	// resumes from its stale read of the claim, fences (the newer deploy's
-	// running instance among others), and only then loses the
-	// compare-and-swap; the retry refuses or finds nothing, and the fence of
-	// the first attempt is in no report (no audit line).
-	"model-B": "a start paused past its claim lease fences from a stale read of the claim",
 }
 
 type bound struct {

@@ -243,8 +243,15 @@ func (w *world) close(i int) {
 }
 
 // killDom destroys the domain on h (poweroff, delete, recreate's cleanup);
-// libvirt's `release end` hook clears the mark.
+// libvirt's `release end` hook clears the mark. A domain whose start is
+// inside its `prepare begin` hook is not destroyed: libvirtd runs the hook
+// synchronously in the domain's start job, without a timeout, and the domain
+// is not active yet (no QEMU process), so `virsh destroy` answers "domain is
+// not running" and a second `virsh create` of the name "already exists".
 func (w *world) killDom(h int) {
+	if w.hosts[h].dom.phase == phStalled {
+		return
+	}
 	w.close(w.hosts[h].dom.inst)
 	w.hosts[h].dom = dom{inst: -1, from: -1}
 	w.hosts[h].mark, w.hosts[h].markWin = false, nil
