@@ -267,7 +267,7 @@ func (f *fe) newVM(host string, seq int, kinds ...string) (int, []diskSpec) {
 	vm := newVMID()
 	var specs []diskSpec
 	for i, k := range kinds {
-		d := onedsim.Disk{ID: i, ImageID: vm*10 + i, CephHost: f.ceph.Mon, CephKey: f.ceph.Keyring}
+		d := onedsim.Disk{ID: i, ImageID: vm*10 + i, CephHost: f.ceph.Mon, CephKey: f.keyFile()}
 		var img string
 		switch k {
 		case "persistent":
@@ -300,6 +300,24 @@ func (f *fe) newVM(host string, seq int, kinds ...string) (int, []diskSpec) {
 		_ = exec.CommandContext(ctx, "rados", "-c", f.ceph.AdminConf, "-p", "one", "rm", engine.ClaimObject(vm)).Run()
 	})
 	return vm, specs
+}
+
+// keyFile returns a bare key file for the test user, as OpenNebula's
+// CEPH_KEY is: the output of `ceph auth get-key`, passed to `rbd --keyfile`
+// by every Ceph script (src/tm_mad/ceph/clone:109,
+// src/datastore_mad/remotes/ceph/cp:101 of release-7.4.0). Not a keyring.
+func (f *fe) keyFile() string {
+	f.t.Helper()
+	p := f.path("ceph.client." + f.ceph.User + ".key")
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	key := strings.TrimSpace(f.ceph.Admin(f.t, "ceph", "auth", "get-key", "client."+f.ceph.User))
+	if key == "" || strings.ContainsAny(key, "[ \t\n") {
+		f.t.Fatalf("ceph auth get-key printed %q", key)
+	}
+	f.write(p, key+"\n", 0o600)
+	return p
 }
 
 func (f *fe) createImage(spec string) {
