@@ -244,3 +244,33 @@ func TestHostCommand(t *testing.T) {
 		}
 	}
 }
+
+func TestVMDirFile(t *testing.T) {
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	for _, tc := range []struct {
+		name, in, want, err string
+	}{
+		// As the driver writes them for a local deploy (base64 stdin of a
+		// local step, OpenNebulaDriver.rb:103-104 of release-7.4.0).
+		{"vm.xml", b64("<VM><ID>42</ID></VM>"), "<VM><ID>42</ID></VM>", ""},
+		{"ds.xml", b64("<DATASTORE><ID>0</ID></DATASTORE>"), "<DATASTORE><ID>0</ID></DATASTORE>", ""},
+		{"vm.xml", b64("<VM><ID>42</ID></VM>") + "\n", "<VM><ID>42</ID></VM>", ""},
+		// Already XML, or empty: kept byte for byte.
+		{"vm.xml", "<VM><ID>42</ID></VM>\n", "<VM><ID>42</ID></VM>\n", ""},
+		{"ds.xml", "", "", ""},
+		{"vm.xml", "PFZNPjxJRD40Mj", "", "neither XML nor base64"},
+		{"vm.xml", b64("<DATASTORE/>"), "", "want <VM>"},
+		{"ds.xml", b64("not xml"), "", "decoded from base64"},
+	} {
+		got, err := vmDirFile(tc.name, []byte(tc.in))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s %q: err %v, want %q", tc.name, tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%s %q: got %q, %v; want %q", tc.name, tc.in, got, err, tc.want)
+		}
+	}
+}

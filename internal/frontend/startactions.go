@@ -211,17 +211,25 @@ func Deploy(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 }
 
 // copyVMDirFiles does what oned's normal deploy does before the remote
-// deploy and skips for a local action: it writes vm.xml and ds.xml into
-// the VM's directory on the host (oned wrote them next to the local
-// deployment file instead). Files oned did not write are skipped.
+// deploy: it writes vm.xml and ds.xml into the VM's directory on the host.
+// For a local deploy action the driver wrote them next to the local
+// deployment file through local steps, whose stdin is base64
+// (one_vmm_exec.rb:443-464 and OpenNebulaDriver.rb:103-104 of
+// release-7.4.0; :458-481 and :104 of release-6.10.5), so the files hold
+// base64; the host's vmm/kvm/deploy reads them as XML (vGPU, TPM). They
+// are decoded here (vmDirFile). Files oned did not write are skipped.
 func (e *Env) copyVMDirFiles(ctx context.Context, a DeployArgs, remoteDir string) error {
 	for _, name := range []string{"vm.xml", "ds.xml"} {
-		data, err := os.ReadFile(filepath.Join(filepath.Dir(a.LocalFile), name))
+		raw, err := os.ReadFile(filepath.Join(filepath.Dir(a.LocalFile), name))
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return errorf(outcome.Failure, a.VM, "VM %d: reading %s: %v", a.VM, name, err)
+		}
+		data, err := vmDirFile(name, raw)
+		if err != nil {
+			return errorf(KindFailure, a.VM, "VM %d: %s next to %s: %v; the remote deploy was not run", a.VM, name, a.LocalFile, err)
 		}
 		var stderr capBuffer
 		stderr.max = 4096
@@ -235,6 +243,31 @@ func (e *Env) copyVMDirFiles(ctx context.Context, a DeployArgs, remoteDir string
 		}
 	}
 	return nil
+}
+
+// vmDirFile returns the XML to write on the host for vm.xml or ds.xml as
+// the driver left it next to the local deployment file: base64 (what a
+// local step writes) is decoded; XML (a file written some other way) and
+// an empty file (no such element in the driver message) are kept as they
+// are. The decoded document must be a <VM> (vm.xml) or <DATASTORE> (ds.xml).
+func vmDirFile(name string, raw []byte) ([]byte, error) {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || t[0] == '<' {
+		return raw, nil
+	}
+	doc, err := DecodeBase64(name, t)
+	if err != nil {
+		return nil, fmt.Errorf("neither XML nor base64 XML (%v)", err)
+	}
+	want := map[string]string{"vm.xml": "VM", "ds.xml": "DATASTORE"}[name]
+	root, err := xmlRoot(doc)
+	if err != nil {
+		return nil, fmt.Errorf("decoded from base64: %v", err)
+	}
+	if want != "" && root != want {
+		return nil, fmt.Errorf("decoded from base64: a <%s> document, want <%s>", clip(root), want)
+	}
+	return doc, nil
 }
 
 // recordInstance records the client addresses of the instance that now

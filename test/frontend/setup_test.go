@@ -359,17 +359,26 @@ func domainXML(vm int, sysDir string, specs []diskSpec, mon string) string {
 }
 
 // deployFiles writes the local deployment file (and vm.xml, ds.xml next to
-// it, as oned does for a local deploy action) and returns its path and the
-// domain XML.
+// it, base64 as the real driver writes them for a local deploy action:
+// onedsim.WriteLocalDeployFiles) and returns its path and the domain XML.
 func (f *fe) deployFiles(vm, seq int, specs []diskSpec) (local, sysDir, domain string) {
 	f.t.Helper()
 	sysDir = f.path("datastores", "0", fmt.Sprint(vm))
 	domain = domainXML(vm, sysDir, specs, f.ceph.Mon)
 	local = filepath.Join(f.prefix, "var/lib/one/vms", fmt.Sprint(vm), fmt.Sprintf("deployment.%d", seq))
 	f.write(local, domain, 0o644)
-	f.write(filepath.Join(filepath.Dir(local), "vm.xml"), fmt.Sprintf("<VM><ID>%d</ID></VM>", vm), 0o644)
-	f.write(filepath.Join(filepath.Dir(local), "ds.xml"), "<DATASTORE><ID>0</ID></DATASTORE>", 0o644)
+	if err := onedsim.WriteLocalDeployFiles(filepath.Dir(local), vmDirXML(vm, "vm.xml"), vmDirXML(vm, "ds.xml")); err != nil {
+		f.t.Fatal(err)
+	}
 	return local, sysDir, domain
+}
+
+// vmDirXML is the VM or DATASTORE element the driver message carries.
+func vmDirXML(vm int, name string) string {
+	if name == "ds.xml" {
+		return "<DATASTORE><ID>0</ID><TEMPLATE><TM_MAD><![CDATA[ceph]]></TM_MAD></TEMPLATE></DATASTORE>"
+	}
+	return fmt.Sprintf("<VM><ID>%d</ID><TEMPLATE><TPM><MODEL>tpm-crb</MODEL></TPM></TEMPLATE></VM>", vm)
 }
 
 // calls returns the recordings of a remote stand-in ("deploy", "restore"),
