@@ -41,7 +41,7 @@ func Main(body func(ctx context.Context) int) {
 	os.Exit(code)
 }
 
-// Action is a driver action: Deploy or Restore.
+// Action is a driver action: Deploy, Restore or (with its path) MigrateVMM.
 type Action func(ctx context.Context, e *Env, args []string, stdin io.Reader) error
 
 // RunAction is a VMM wrapper's whole run: load the config, do the action,
@@ -52,14 +52,4 @@ func RunAction(ctx context.Context, act Action, args []string, stdin io.Reader, 
 		err = act(ctx, e, args, stdin)
 	}
 	return Exit(err, stderr)
-}
-
-// RunMigrate is a TM wrapper's whole run for op. Without a usable config
-// rbdfence cannot act, but the original script still runs.
-func RunMigrate(ctx context.Context, op, self string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e, err := LoadEnv("", stdout, stderr)
-	if err != nil {
-		e = BrokenEnv(err, stdout, stderr)
-	}
-	return Exit(Migrate(ctx, e, op, self, args, stdin), stderr)
 }

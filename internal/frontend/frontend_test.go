@@ -79,12 +79,12 @@ func TestParseArgs(t *testing.T) {
 		{"restore ok", func(a []string) error { _, err := ParseRestoreArgs(a); return err }, []string{"/var/lib/one/datastores/0/4/checkpoint", "n1", "uuid", "4", "n1"}, ""},
 		{"restore short", func(a []string) error { _, err := ParseRestoreArgs(a); return err }, []string{"/c", "n1"}, "wrong number"},
 		{"restore relative", func(a []string) error { _, err := ParseRestoreArgs(a); return err }, []string{"c", "n1", "u", "4", "n1"}, "absolute"},
-		{"migrate ok", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n2", "/var/lib/one/datastores/0/4", "4", "0"}, ""},
-		{"migrate caller", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n2", "/d", "4", "0", "ssh"}, ""},
-		{"migrate short", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n2"}, "wrong number"},
-		{"migrate long", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n2", "/d", "4", "0", "ssh", "x"}, "wrong number"},
-		{"migrate bad ds", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n2", "/d", "4", "zero"}, "datastore"},
-		{"migrate bad dst", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n 2", "/d", "4", "0"}, "destination host"},
+		{"migrate ok", func(a []string) error { _, err := ParseVMMMigrateArgs(a); return err }, []string{"one-4", "n2", "n1", "4", "n1"}, ""},
+		{"migrate 4 args", func(a []string) error { _, err := ParseVMMMigrateArgs(a); return err }, []string{"one-4", "n2", "n1", "4"}, ""},
+		{"migrate short", func(a []string) error { _, err := ParseVMMMigrateArgs(a); return err }, []string{"one-4", "n2"}, "wrong number"},
+		{"migrate sources differ", func(a []string) error { _, err := ParseVMMMigrateArgs(a); return err }, []string{"one-4", "n2", "n1", "4", "n3"}, "differ"},
+		{"migrate bad dst", func(a []string) error { _, err := ParseVMMMigrateArgs(a); return err }, []string{"one-4", "n 2", "n1", "4", "n1"}, "destination host"},
+		{"migrate empty deploy id", func(a []string) error { _, err := ParseVMMMigrateArgs(a); return err }, []string{"", "n2", "n1", "4", "n1"}, "deploy id"},
 		{"prestart ok", func(a []string) error { _, err := ParsePrestartArgs(a); return err }, []string{"4"}, ""},
 		{"prestart host", func(a []string) error { _, err := ParsePrestartArgs(a); return err }, []string{"4", "n1"}, ""},
 		{"prestart none", func(a []string) error { _, err := ParsePrestartArgs(a); return err }, nil, "usage: prestart"},
@@ -215,17 +215,6 @@ func TestRunTimeoutKillsGroup(t *testing.T) {
 	time.Sleep(2500 * time.Millisecond)
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("a grandchild survived the timeout")
-	}
-}
-
-func TestBashShebang(t *testing.T) {
-	for line, want := range map[string]bool{
-		"#!/bin/bash": true, "#!/usr/bin/bash -e": true, "#!/usr/bin/env bash": true, "#! /bin/bash": true,
-		"#!/bin/sh": false, "#!/usr/bin/env ruby": false, "#!/bin/bashful": false, "bash": false,
-	} {
-		if got := bashShebang.MatchString(line); got != want {
-			t.Errorf("%q: %v, want %v", line, got, want)
-		}
 	}
 }
 

@@ -97,6 +97,12 @@ func shellJoin(argv []string) string {
 // here) on host: <opennebula.ssh> -o BatchMode=yes -o ConnectTimeout=N host
 // 'word' 'word'... BatchMode keeps ssh from waiting for a password.
 func (e *Env) sshArgv(host string, remote []string) ([]string, error) {
+	return e.sshArgvOpts(host, remote)
+}
+
+// sshArgvOpts is sshArgv with extra ssh options (pairs such as "-o",
+// "ForwardAgent=yes") before the host.
+func (e *Env) sshArgvOpts(host string, remote []string, opts ...string) ([]string, error) {
 	if err := checkHost("host", host); err != nil {
 		return nil, err
 	}
@@ -105,7 +111,9 @@ func (e *Env) sshArgv(host string, remote []string) ([]string, error) {
 		ct = 1
 	}
 	argv := strings.Fields(e.Cfg.OpenNebula.SSH)
-	argv = append(argv, "-o", "BatchMode=yes", "-o", "ConnectTimeout="+strconv.Itoa(ct), host, shellJoin(remote))
+	argv = append(argv, "-o", "BatchMode=yes", "-o", "ConnectTimeout="+strconv.Itoa(ct))
+	argv = append(argv, opts...)
+	argv = append(argv, host, shellJoin(remote))
 	return argv, nil
 }
 

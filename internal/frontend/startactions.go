@@ -229,7 +229,7 @@ func (e *Env) copyVMDirFiles(ctx context.Context, a DeployArgs, remoteDir string
 		}
 		data, err := vmDirFile(name, raw)
 		if err != nil {
-			return errorf(KindFailure, a.VM, "VM %d: %s next to %s: %v; the remote deploy was not run", a.VM, name, a.LocalFile, err)
+			return errorf(outcome.Failure, a.VM, "VM %d: %s next to %s: %v; the remote deploy was not run", a.VM, name, a.LocalFile, err)
 		}
 		var stderr capBuffer
 		stderr.max = 4096
