@@ -179,3 +179,44 @@ func parseActionsList(s string) map[string]string {
 	}
 	return out
 }
+
+// DriverResult is what oned gets from the VMM driver for one local or
+// remote action that exited with code and wrote stderr: the info text
+// (the VM's ERROR on failure) and the lines filed in the VM's log.
+//
+// 7.x (src/mad/ruby/DriverExecHelper.rb:167-207 of release-7.4.0): every
+// stderr line "ERROR|INFO|WARN|DEBUG: [<id>] msg" is sent to oned as a LOG
+// message of VM <id> (the VM log); the other lines, joined with blanks, are
+// the failure's info. 6.x (release-6.10.5): a successful action's stderr is
+// dropped; a failed one logs "Command execution failed" and the whole
+// stderr (src/mad/ruby/CommandManager.rb:76-79) and its info is the whole
+// stderr with newlines as blanks (CommandManager.rb:97-101,
+// DriverExecHelper.rb:153-165).
+func DriverResult(major int, code int, stderr string) (info string, vmLog []string) {
+	if major >= 7 {
+		var other []string
+		for _, l := range strings.Split(stderr, "\n") {
+			l = strings.TrimSpace(l)
+			if l == "" {
+				continue
+			}
+			if lvl, rest, ok := strings.Cut(l, ":"); ok && (lvl == "ERROR" || lvl == "INFO" || lvl == "WARN" || lvl == "DEBUG") {
+				vmLog = append(vmLog, lvl+":"+rest)
+				continue
+			}
+			other = append(other, l)
+		}
+		if code != 0 {
+			info = strings.Join(other, " ")
+		}
+		return info, vmLog
+	}
+	if code == 0 {
+		return "", nil
+	}
+	vmLog = append(vmLog, "Command execution failed")
+	for _, l := range strings.Split(strings.TrimSpace(stderr), "\n") {
+		vmLog = append(vmLog, l)
+	}
+	return strings.TrimSpace(strings.ReplaceAll(stderr, "\n", " ")), vmLog
+}
