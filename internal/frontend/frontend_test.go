@@ -51,10 +51,23 @@ func TestSSHArgv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"ssh", "-F", "/etc/x/ssh_config", "-o", "BatchMode=yes", "-o", "ConnectTimeout=7", "node1",
+	// ControlMaster=auto as OpenNebula's ssh wrapper adds it
+	// (share/ssh/bin/ssh:98 of release-7.4.0): the persistent connection
+	// of oneadmin's ssh config (ControlPath, ControlPersist) is shared.
+	want := []string{"ssh", "-F", "/etc/x/ssh_config", "-o", "BatchMode=yes", "-o", "ConnectTimeout=7", "-o", "ControlMaster=auto", "node1",
 		`'/var/tmp/one/rbdfence/rbdfence-host' 'host' '--config' '/etc/one/it'"'"'s.yaml'`}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+	// A delegated action brings its own (no master: agent forwarding).
+	got, _ = e.sshArgvOpts("node1", []string{"x"}, "-o", "ForwardAgent=yes", "-o", "ControlMaster=no", "-o", "ControlPath=none")
+	if strings.Contains(strings.Join(got, " "), "ControlMaster=auto") {
+		t.Fatalf("ControlMaster=auto with a delegated action: %q", got)
+	}
+	// So does an admin's ssh command.
+	e.Cfg.OpenNebula.SSH = "ssh -o ControlMaster=no"
+	if got, _ = e.sshArgv("node1", []string{"x"}); strings.Contains(strings.Join(got, " "), "ControlMaster=auto") {
+		t.Fatalf("ControlMaster=auto over the configured ssh command's: %q", got)
 	}
 	if _, err := e.sshArgv("-oProxyCommand=sh", []string{"x"}); err == nil {
 		t.Fatal("an option as host name was accepted")
@@ -261,5 +274,38 @@ func TestVMDirFile(t *testing.T) {
 		if err != nil || string(got) != tc.want {
 			t.Errorf("%s %q: got %q, %v; want %q", tc.name, tc.in, got, err, tc.want)
 		}
+	}
+}
+
+// TestWithVMDirFiles runs the one-session deploy command through a real
+// shell: the files land byte for byte, then the deploy runs with its
+// arguments and stdin.
+func TestWithVMDirFiles(t *testing.T) {
+	dir := t.TempDir()
+	vmDir := filepath.Join(dir, "datastores", "0", "42")
+	deploy := filepath.Join(dir, "deploy")
+	if err := os.WriteFile(deploy, []byte("#!/bin/sh\nprintf '%s|' \"$@\"\ncat\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := []vmDirFileData{{"vm.xml", []byte("<VM><ID>42</ID><T><![CDATA[it's $(x) `y` \"z\" \\ %s]]></T></VM>\n")}, {"ds.xml", []byte("")}}
+	argv := withVMDirFiles(vmDir, files, []string{deploy, vmDir + "/deployment.0", "node1", "42", "node1"})
+	// As ssh hands the joined words to the remote shell.
+	cmd := exec.Command("sh", "-c", shellJoin(argv))
+	cmd.Stdin = strings.NewReader("<domain/>")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if want := vmDir + "/deployment.0|node1|42|node1|<domain/>"; string(out) != want {
+		t.Fatalf("deploy saw %q, want %q", out, want)
+	}
+	for _, f := range files {
+		got, err := os.ReadFile(filepath.Join(vmDir, f.name))
+		if err != nil || string(got) != string(f.data) {
+			t.Fatalf("%s: %q %v, want %q", f.name, got, err, f.data)
+		}
+	}
+	if withVMDirFiles(vmDir, []vmDirFileData{{"vm.xml", bytes.Repeat([]byte("a"), maxInlineFiles+1)}}, []string{deploy}) != nil {
+		t.Fatal("a file over the bound was inlined")
 	}
 }

@@ -112,6 +112,14 @@ func (e *Env) sshArgvOpts(host string, remote []string, opts ...string) ([]strin
 	}
 	argv := strings.Fields(e.Cfg.OpenNebula.SSH)
 	argv = append(argv, "-o", "BatchMode=yes", "-o", "ConnectTimeout="+strconv.Itoa(ct))
+	// Share the persistent connection of oneadmin's ssh config, as the ssh
+	// wrapper on oned's PATH does for every driver (ControlMaster=auto
+	// unless given, share/ssh/bin/ssh:98 of release-7.4.0; ControlPath and
+	// ControlPersist 70s come from share/ssh/etc/config). Without a
+	// ControlPath in the config ssh ignores it.
+	if !strings.Contains(strings.ToLower(strings.Join(append(argv, opts...), " ")), "controlmaster") {
+		argv = append(argv, "-o", "ControlMaster=auto")
+	}
 	argv = append(argv, opts...)
 	argv = append(argv, host, shellJoin(remote))
 	return argv, nil
