@@ -1,9 +1,10 @@
 package frontend_test
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,27 +29,62 @@ func (f *fe) migrating(vm, seq int, src, dst string, specs []diskSpec) {
 	}
 }
 
-// migrateRun runs the installed VMM local migrate action as the driver
-// runs the migrate step: <deploy_id> <dst> <src> <vmid> <src>
-// (one_vmm_exec.rb:632-635 and do_action's "<id> <host>",
-// OpenNebulaDriver.rb:98 of release-7.4.0), stdin the driver action XML,
-// base64 because the step is local (OpenNebulaDriver.rb:103-104). Whatever
-// the system datastore's TM, this step runs (its premigrate ran before and
-// cannot stop it unless the system datastore is ceph: tm_common.sh:175,
-// tm/common/failmigrate). It returns the run and the decoded XML.
+// migrateRun runs a live migration of vm as OpenNebula's VMM driver runs
+// it (onedsim.LiveMigration: one_vmm_exec.rb:598-673 of release-7.4.0)
+// with a ceph system datastore: the TM's premigrate, the VMM migrate step
+// as the installed VM_MAD ARGUMENTS make the driver run it (our local
+// action), failmigrate or postmigrate. It returns the VMM step's run and
+// the driver action XML.
 func (f *fe) migrateRun(vm int, src, dst string) (result, string) {
+	return f.migrateUnder("ceph", vm, src, dst)
+}
+
+// migrateUnder is migrateRun with the system datastore's TM sysTM (the
+// disks' TM is ceph): with "shared" the TM scripts of ceph run only through
+// migrate_other, whose status is ignored, and failmigrate is
+// tm/common/failmigrate (exit 0).
+func (f *fe) migrateUnder(sysTM string, vm int, src, dst string) (result, string) {
 	f.t.Helper()
 	doc, ok := f.sim.VMXML(vm)
 	if !ok {
 		f.t.Fatalf("VM %d not in oned", vm)
 	}
 	xml := fmt.Sprintf("<VMM_DRIVER_ACTION_DATA><HOST>%s</HOST><MIGR_HOST>%s</MIGR_HOST><DEPLOY_ID>one-%d</DEPLOY_ID>%s</VMM_DRIVER_ACTION_DATA>", src, dst, vm, doc)
-	r := f.run(f.vmm("migrate-rbdfence"), base64.StdEncoding.EncodeToString([]byte(xml)), fmt.Sprintf("one-%d", vm), dst, src, fmt.Sprint(vm), src)
-	f.t.Logf("migrate-rbdfence took %s:\n%s", r.took, r.stderr)
-	if strings.Contains(r.stderr, fmt.Sprintf("VM %d: VM %d:", vm, vm)) {
-		f.t.Errorf("doubled prefix:\n%s", r.stderr)
+	line := kvmArguments(f.t, f.prefix)
+	_, v, _ := strings.Cut(line, `"`)
+	v, _, _ = strings.Cut(v, `"`)
+	da, err := onedsim.ParseDriverArgs(v)
+	if err != nil {
+		f.t.Fatalf("the driver would not start with %q: %v", v, err)
 	}
-	return r, xml
+	var vmmRun result
+	m := onedsim.LiveMigration{SystemTM: sysTM, DiskTMs: []string{"ceph"}, Local: da.Local, Run: func(s onedsim.MigrationStep) int {
+		switch s.Kind {
+		case "tm":
+			r := f.run(filepath.Join(f.remotes, "tm", s.Script), s.Stdin, s.Args...)
+			return r.code
+		case "vmm-local":
+			vmmRun = f.run(f.vmm(s.Script), s.Stdin, s.Args...)
+			return vmmRun.code
+		}
+		// The driver's own remote migrate over ssh (no rbdfence).
+		h := f.hs.A
+		if src == f.hs.B.Name {
+			h = f.hs.B
+		}
+		_, _, code := f.hs.SSH(f.t, h, s.Stdin, append([]string{filepath.Join(f.path("hostremotes"), "vmm/kvm", s.Script)}, s.Args...)...)
+		return code
+	}}
+	_, trace := m.Migrate(vm, fmt.Sprintf("one-%d", vm), src, dst, fmt.Sprintf("/var/lib/one//datastores/0/%d", vm), 0, doc, xml)
+	var steps []string
+	for _, s := range trace {
+		steps = append(steps, s.Kind+" "+s.Script)
+	}
+	f.t.Logf("migration under a %s system datastore: %s; migrate-rbdfence took %s:\n%s", sysTM, strings.Join(steps, ", "), vmmRun.took, vmmRun.stderr)
+	if strings.Contains(vmmRun.stderr, fmt.Sprintf("VM %d: VM %d:", vm, vm)) {
+		f.t.Errorf("doubled prefix:\n%s", vmmRun.stderr)
+	}
+	return vmmRun, xml
 }
 
 // checkMigrateCall checks the one remote migrate call: on the source, with
@@ -83,7 +119,14 @@ func (f *fe) checkMigrateCall(vm int, src testenv.Host, dst, xml string) engine.
 // source, closes the window and exits with the migration's own code.
 func TestFailedMigration(t *testing.T) {
 	f := setup(t)
+	for _, sysTM := range []string{"ceph", "shared"} {
+		t.Run(sysTM+" system datastore", func(t *testing.T) { f.t = t; failedMigration(t, f, sysTM) })
+	}
+}
+
+func failedMigration(t *testing.T, f *fe, sysTM string) {
 	a, b := f.hs.A, f.hs.B
+	_ = os.RemoveAll(f.path("remote-calls"))
 	vm, specs := f.newVM(a.Name, 1, "persistent", "volatile")
 	if r := f.deployVM(vm, 1, a.Name, specs); r.code != 0 {
 		t.Fatalf("deploy on %s: exit %d\n%s", a, r.code, r.stderr)
@@ -97,7 +140,7 @@ func TestFailedMigration(t *testing.T) {
 	dst.WaitWrite(t, true, 30*time.Second)
 	f.write(f.path("remote-calls", "migrate.fail"), "", 0o644)
 
-	r, xml := f.migrateRun(vm, a.Name, b.Name)
+	r, xml := f.migrateUnder(sysTM, vm, a.Name, b.Name)
 	if r.code != 1 || !strings.Contains(r.stderr, "Could not migrate") {
 		t.Fatalf("migrate-rbdfence: exit %d, want the migration's 1 with its message\n%s", r.code, r.stderr)
 	}
@@ -130,13 +173,20 @@ func TestFailedMigration(t *testing.T) {
 // keeps the destination's client, records it and closes the window.
 func TestMigrationDone(t *testing.T) {
 	f := setup(t)
+	for _, sysTM := range []string{"ceph", "shared"} {
+		t.Run(sysTM+" system datastore", func(t *testing.T) { f.t = t; migrationDone(t, f, sysTM) })
+	}
+}
+
+func migrationDone(t *testing.T, f *fe, sysTM string) {
 	a, b := f.hs.A, f.hs.B
+	_ = os.RemoveAll(f.path("remote-calls"))
 	vm, specs := f.newVM(a.Name, 4, "clone")
 	old := testenv.StartZombieOn(t, f.ceph, a, specs[0].image, "write")
 	old.WaitWrite(t, true, 30*time.Second)
 	f.migrating(vm, 4, a.Name, b.Name, specs)
 	moved := testenv.StartZombieOn(t, f.ceph, b, specs[0].image, "idle")
-	r, xml := f.migrateRun(vm, a.Name, b.Name)
+	r, xml := f.migrateUnder(sysTM, vm, a.Name, b.Name)
 	if r.code != 0 {
 		t.Fatalf("migrate-rbdfence: exit %d\n%s", r.code, r.stderr)
 	}

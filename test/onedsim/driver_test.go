@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/rbdfence/rbdfence/test/onedsim"
@@ -69,6 +70,39 @@ func TestParseDriverArgs(t *testing.T) {
 			}
 			if !reflect.DeepEqual(a.Delegate, deleg) {
 				t.Fatalf("delegate %v, want %v", a.Delegate, deleg)
+			}
+		})
+	}
+}
+
+func TestLiveMigration(t *testing.T) {
+	for _, tc := range []struct {
+		name, sys string
+		local     map[string]string
+		fail      string // script that fails
+		ok        bool
+		want      string
+	}{
+		{"ceph system DS, remote migrate", "ceph", nil, "", true, "tm ceph/premigrate|vmm-remote migrate|tm ceph/postmigrate"},
+		{"ceph premigrate fails: aborted", "ceph", nil, "ceph/premigrate", false, "tm ceph/premigrate|tm ceph/failmigrate"},
+		// migrate_other ignores tm/ceph/premigrate's failure.
+		{"shared: ceph premigrate failure ignored", "shared", nil, "ceph/premigrate", true, "tm ceph/premigrate|vmm-remote migrate|tm ceph/postmigrate"},
+		// common/failmigrate: tm/ceph/failmigrate never runs.
+		{"shared: failed migrate, no ceph failmigrate", "shared", nil, "migrate", false, "tm ceph/premigrate|vmm-remote migrate"},
+		{"local migrate action", "shared", map[string]string{"MIGRATE": "migrate-rbdfence"}, "migrate-rbdfence", false, "tm ceph/premigrate|vmm-local migrate-rbdfence"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			m := onedsim.LiveMigration{SystemTM: tc.sys, DiskTMs: []string{"ceph", "ceph"}, Local: tc.local, Run: func(s onedsim.MigrationStep) int {
+				got = append(got, s.Kind+" "+s.Script)
+				if s.Script == tc.fail {
+					return 1
+				}
+				return 0
+			}}
+			ok, _ := m.Migrate(42, "one-42", "n1", "n2", "/var/lib/one/datastores/0/42", 0, "<VM/>", "<VMM_DRIVER_ACTION_DATA/>")
+			if ok != tc.ok || strings.Join(got, "|") != tc.want {
+				t.Fatalf("ok %v steps %q, want %v %q", ok, got, tc.ok, tc.want)
 			}
 		})
 	}
