@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rbdfence/rbdfence/internal/outcome"
 	"github.com/rbdfence/rbdfence/test/onedsim"
 )
 
@@ -20,11 +21,11 @@ func TestRefusalLineFirst(t *testing.T) {
 		e.Log.SetVM(42)
 		e.Log.Info("checking 1 RBD image(s) of VM 42")
 		e.Log.Info("fenced client 10.0.0.5:0/1 on one/one-7")
-		return errorf(KindRefused, 42, "VM 42: refused: claimed by run abc on node2")
+		return errorf(outcome.Refused, 42, "VM 42: refused: claimed by run abc on node2")
 	}
 	var out, errb bytes.Buffer
 	code := RunAction(context.Background(), act, nil, nil, &out, &errb)
-	if code != ExitRefused {
+	if code != outcome.Refused.Code() {
 		t.Fatalf("exit %d", code)
 	}
 	lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
