@@ -141,8 +141,9 @@ start_virtlogd() {
 	fi
 	log "starting virtlogd"
 	rm -f /run/libvirt/virtlogd-sock /run/libvirt/virtlogd-admin-sock
-	# 9>&-: the daemon must not inherit (and so hold) our lock.
-	virtlogd --daemon --pid-file "$STATE_DIR/virtlogd.pid" \
+	# 9>&- and without_fds: the daemon must not inherit (and so hold) our
+	# lock, nor the caller's (flock(1) on /tmp/rbdfence-shared.lock is fd 3).
+	without_fds virtlogd --daemon --pid-file "$STATE_DIR/virtlogd.pid" \
 		>>"$STATE_DIR/virtlogd.out" 2>&1 </dev/null 9>&- ||
 		die "virtlogd failed to start: $(tail -n 5 "$STATE_DIR/virtlogd.out" | tr '\n' ' ')"
 	local i
@@ -152,6 +153,17 @@ start_virtlogd() {
 	done
 	[[ -S /run/libvirt/virtlogd-sock ]] || die "virtlogd did not create /run/libvirt/virtlogd-sock"
 	cp "$STATE_DIR/virtlogd.pid" "$STATE_DIR/virtlogd.started"
+}
+
+# without_fds CMD...: run CMD with every inherited descriptor but 0-2 closed.
+without_fds() {
+	(
+		for fd in /proc/self/fd/*; do
+			fd=${fd##*/}
+			[[ $fd -gt 2 && $fd != 255 ]] && eval "exec $fd>&-" 2>/dev/null
+		done
+		exec "$@"
+	)
 }
 
 start_libvirtd() {
@@ -168,7 +180,7 @@ start_libvirtd() {
 		log "starting libvirtd"
 		: >"$STATE_DIR/libvirtd.log"
 		LIBVIRT_LOG_OUTPUTS="3:file:$STATE_DIR/libvirtd.log" \
-			libvirtd --daemon --pid-file "$STATE_DIR/libvirtd.pid" \
+			without_fds libvirtd --daemon --pid-file "$STATE_DIR/libvirtd.pid" \
 			>>"$STATE_DIR/libvirtd.out" 2>&1 </dev/null 9>&- ||
 			die "libvirtd failed to start: $(tail -n 20 "$STATE_DIR/libvirtd.out" "$STATE_DIR/libvirtd.log" 2>&1)"
 		local i
