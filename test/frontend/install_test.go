@@ -289,6 +289,33 @@ func TestInstallFrontend(t *testing.T) {
 		}
 	})
 
+	t.Run("over an earlier install's one-line state: uninstall is byte-exact", func(t *testing.T) {
+		p := frontendTree(t, stock, ops...)
+		pristine := readFile(t, filepath.Join(p, "etc/one/oned.conf"))
+		// What an earlier rbdfence left: one ARGUMENTS line changed, its
+		// old and new text kept in the state directory.
+		const oldLine = `    ARGUMENTS      = "-t 15 -r 0 kvm -p",`
+		const newLine = `    ARGUMENTS      = "-t 15 -r 0 kvm -p -l deploy=deploy-rbdfence,restore=restore-rbdfence",`
+		state := filepath.Join(p, "var/lib/rbdfence/install-frontend")
+		if err := os.MkdirAll(state, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, body := range map[string]string{"oned.line.orig": oldLine + "\n", "oned.line.new": newLine + "\n", "created": ""} {
+			if err := os.WriteFile(filepath.Join(state, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(p, "etc/one/oned.conf"), []byte(strings.Replace(pristine, oldLine, newLine, 1)), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		mustInstall(t, p, "--apply")
+		driverRuns(t, p, "kvm", "migrate-rbdfence")
+		mustInstall(t, p, "--uninstall")
+		if got := readFile(t, filepath.Join(p, "etc/one/oned.conf")); got != pristine {
+			t.Fatalf("after uninstall:\n%s\nwant\n%s", got, pristine)
+		}
+	})
+
 	t.Run("an edited config is kept", func(t *testing.T) {
 		p := frontendTree(t, stock, ops...)
 		mustInstall(t, p)
