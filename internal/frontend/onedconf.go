@@ -121,7 +121,7 @@ func (d DriverArgs) Script(action string) (string, bool) {
 }
 
 // driverOptions are one_vmm_exec.rb's GetoptLong options (:1529-1537 of
-// release-7.4.0, :1497-1505 of release-6.10.5): 0 no argument,
+// release-7.4.0, :1496-1504 of release-6.10.5): 0 no argument,
 // 1 required, 2 optional.
 var driverOptions = []struct {
 	long  string

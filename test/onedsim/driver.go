@@ -54,7 +54,7 @@ type DriverArgs struct {
 }
 
 // vmmOptions are one_vmm_exec.rb's GetoptLong options (:1529-1537 of
-// 7.4.0, :1497-1505 of 6.10.5): long name, short name, argument kind
+// 7.4.0, :1496-1504 of 6.10.5): long name, short name, argument kind
 // (0 none, 1 required, 2 optional).
 var vmmOptions = []struct {
 	long  string

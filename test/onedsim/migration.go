@@ -6,7 +6,7 @@ import (
 )
 
 // LiveMigration plays the VMM driver's MIGRATE action (live migration,
-// one_vmm_exec.rb:598-673 of release-7.4.0, :613-690 of release-6.10.5)
+// one_vmm_exec.rb:598-673 of release-7.4.0, :613-680 of release-6.10.5)
 // with the TM drivers' migrate scripts as OpenNebula ships them, so that a
 // test sees which of its scripts run, in which order, and which exit
 // statuses count. Run executes one step and returns its exit code; vnm
