@@ -219,9 +219,26 @@ func checkVMMAD(root string) Result {
 	}
 	ok, detail := frontend.CoverageReport(b)
 	r.Detail = path + ": " + detail
-	if ok {
-		r.OK, r.Fix = true, ""
+	if !ok {
+		return r
 	}
+	// Every migrate action named there is installed, and so is the admin's
+	// local migrate script a <script>-rbdfence wraps.
+	vmm := filepath.Join(root, "var/lib/one/remotes/vmm/kvm")
+	for _, s := range frontend.MigrateScripts(b) {
+		paths := []string{filepath.Join(vmm, s)}
+		if w, _ := strings.CutSuffix(s, frontend.MigrateSuffix); w != "migrate" {
+			paths = append(paths, filepath.Join(vmm, w))
+		}
+		for _, p := range paths {
+			if err := executable(p); err != nil {
+				r.Detail = fmt.Sprintf("%s names the local migrate action %s: %v", path, s, err)
+				r.Fix = "run 'install.sh frontend' (it installs <script>-rbdfence for a wrapped local migrate script), or restore the script"
+				return r
+			}
+		}
+	}
+	r.OK, r.Fix = true, ""
 	return r
 }
 

@@ -33,11 +33,30 @@ func TestCheckVMMAD(t *testing.T) {
 			root := t.TempDir()
 			os.MkdirAll(filepath.Join(root, "etc/one"), 0o755)
 			os.WriteFile(filepath.Join(root, "etc/one/oned.conf"), []byte(tc.conf), 0o644)
+			os.MkdirAll(filepath.Join(root, "var/lib/one/remotes/vmm/kvm"), 0o755)
+			os.WriteFile(filepath.Join(root, "var/lib/one/remotes/vmm/kvm/migrate-rbdfence"), []byte("x"), 0o755)
 			r := checkVMMAD(root)
 			if r.OK != tc.ok || (!r.OK && r.Fix == "") || !strings.Contains(r.Detail, tc.want) {
 				t.Fatalf("%+v", r)
 			}
 		})
+	}
+	// A wrapped local migrate script: both it and its wrapper must be there.
+	root := t.TempDir()
+	vmm := filepath.Join(root, "var/lib/one/remotes/vmm/kvm")
+	os.MkdirAll(vmm, 0o755)
+	os.MkdirAll(filepath.Join(root, "etc/one"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc/one/oned.conf"), []byte(mad("kvm", "kvm -l deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate_local-rbdfence")), 0o644)
+	if r := checkVMMAD(root); r.OK || !strings.Contains(r.Detail, "migrate_local-rbdfence") {
+		t.Fatalf("missing wrapper: %+v", r)
+	}
+	os.WriteFile(filepath.Join(vmm, "migrate_local-rbdfence"), []byte("x"), 0o755)
+	if r := checkVMMAD(root); r.OK || !strings.Contains(r.Detail, "vmm/kvm/migrate_local") {
+		t.Fatalf("missing wrapped script: %+v", r)
+	}
+	os.WriteFile(filepath.Join(vmm, "migrate_local"), []byte("x"), 0o755)
+	if r := checkVMMAD(root); !r.OK {
+		t.Fatalf("wrapper and script installed: %+v", r)
 	}
 	if r := checkVMMAD(t.TempDir()); r.OK || !strings.Contains(r.Detail, "cannot read") {
 		t.Fatalf("missing oned.conf: %+v", r)

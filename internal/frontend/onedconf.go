@@ -425,6 +425,23 @@ func RemoveOurActions(conf []byte) []byte {
 	return []byte(strings.Join(lines, "\n"))
 }
 
+// MigrateScripts returns the local migrate actions that the VM_MADs
+// running the kvm driver name (migrate-rbdfence, migrate_local-rbdfence,
+// ...), as the driver reads their ARGUMENTS, each once.
+func MigrateScripts(conf []byte) []string {
+	var out []string
+	for _, m := range ParseVMMads(conf) {
+		if kvm, err := m.RunsKVMDriver(); err != nil || !kvm {
+			continue
+		}
+		d, _ := ParseDriverArgs(m.Arguments)
+		if s, ok := d.Script("migrate"); ok {
+			out = appendUnique(out, s)
+		}
+	}
+	return out
+}
+
 // CoverageReport says, for doctor, which VM_MADs run the kvm driver and
 // whether each runs rbdfence's three local actions as the driver reads
 // ARGUMENTS. ok is false when one is not covered or none runs kvm.
