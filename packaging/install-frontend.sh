@@ -9,22 +9,29 @@
 # drivers)
 #   DIR/var/lib/one/remotes/vmm/kvm/deploy-rbdfence      VMM local deploy action
 #   DIR/var/lib/one/remotes/vmm/kvm/restore-rbdfence     VMM local restore action
-#   DIR/var/lib/one/remotes/tm/ceph/{pre,post,fail}migrate
-#                                  wrappers; the Ceph TM's own scripts are kept
-#                                  as <name>.rbdfence-orig and always called
+#   DIR/var/lib/one/remotes/vmm/kvm/migrate-rbdfence     VMM local migrate action
+#                                  (and <script>-rbdfence for an admin's local
+#                                  migrate script such as migrate_local, which
+#                                  it wraps)
 #   DIR/var/lib/one/remotes/rbdfence/rbdfence-host        the host-side binary
 #                                  (onehost sync copies it to /var/tmp/one/rbdfence/)
 #   DIR/var/lib/one/remotes/rbdfence/prestart            the start check, for admins
+#   DIR/var/lib/one/remotes/rbdfence/onedconf-rbdfence   reads and edits VM_MAD ARGUMENTS
 #   DIR/etc/one/rbdfence.yaml                            a default config, if none
-# and prints the change of the kvm VM_MAD ARGUMENTS in DIR/etc/one/oned.conf
-# that enables the wrappers (-l deploy=deploy-rbdfence,restore=restore-rbdfence,
-# keeping any -l entries already there); --apply makes that edit.
+# and prints the change of DIR/etc/one/oned.conf that makes every VM_MAD
+# running the kvm driver (NAME "kvm", "qemu", ...) run the local actions
+# (deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence,
+# merged into the last -l list, the only one the driver reads); --apply
+# makes that edit. A VM_MAD that cannot be covered is named, and --apply
+# then changes nothing.
 #
-# Idempotent: running it again updates the files in place (and, after an
-# OpenNebula upgrade put a new upstream TM script where our wrapper was,
-# keeps that one as the original). What it creates or edits is recorded in
-# DIR/var/lib/rbdfence/install-frontend/, and --uninstall restores exactly
-# what was there before (a config you edited is kept, and said so).
+# OpenNebula's own files are not replaced: an earlier rbdfence's wrappers in
+# tm/ceph/ are taken out again and OpenNebula's scripts put back.
+#
+# Idempotent: running it again updates the files in place. What it creates
+# or edits is recorded in DIR/var/lib/rbdfence/install-frontend/, and
+# --uninstall restores exactly what was there before (oned.conf byte for
+# byte unless it was edited since; a config you edited is kept, and said so).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -84,7 +91,7 @@ CONFIG=$PREFIX/etc/one/rbdfence.yaml
 STATE=$PREFIX/var/lib/rbdfence/install-frontend
 CREATED=$STATE/created
 TM_OPS=(premigrate postmigrate failmigrate)
-OURS="deploy=deploy-rbdfence,restore=restore-rbdfence"
+OURS="deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence"
 # Our Go binaries carry this import path (also when stripped).
 MARK="rbdfence/rbdfence/internal/frontend"
 
@@ -175,86 +182,37 @@ fi
 
 # ------------------------------------------------------------- oned.conf --
 
-# kvm_args_line FILE: the line number of ARGUMENTS in the VM_MAD block whose
-# NAME is "kvm" (empty if none).
-kvm_args_line() {
-	awk '
-		/^[[:space:]]*VM_MAD[[:space:]]*=[[:space:]]*\[/ { inb = 1; kvm = 0; arg = 0; next }
-		inb && /^[[:space:]]*NAME[[:space:]]*=[[:space:]]*"kvm"/ { kvm = 1 }
-		inb && /^[[:space:]]*ARGUMENTS[[:space:]]*=/ { arg = NR }
-		inb && /\]/ { if (kvm && arg) { print arg; exit } inb = 0 }
-	' "$1"
-}
-
-# new_arguments VALUE: prints VALUE with our local actions added to its -l
-# list (or a new -l), or fails (status 3) when it cannot be done safely.
-new_arguments() {
-	local v=$1 list
-	if [[ $v =~ (^|[[:space:]])(-l|--local)([[:space:]]+|=)([^[:space:]\"]+) ]]; then
-		list=${BASH_REMATCH[4]}
-		local item name add=""
-		local -a items
-		IFS=, read -r -a items <<<"$list"
-		for item in "${items[@]}"; do
-			name=${item%%=*}
-			name=${name,,}
-			name=${name//[[:space:]]/}
-			case $name in
-			deploy) [[ $item == deploy=deploy-rbdfence ]] || {
-				echo "the kvm VM_MAD already has a local deploy action ($item)" >&2
-				return 3
-			} ;;
-			restore) [[ $item == restore=restore-rbdfence ]] || {
-				echo "the kvm VM_MAD already has a local restore action ($item)" >&2
-				return 3
-			} ;;
-			esac
-		done
-		[[ ,$list, == *,deploy=deploy-rbdfence,* ]] || add+=",deploy=deploy-rbdfence"
-		[[ ,$list, == *,restore=restore-rbdfence,* ]] || add+=",restore=restore-rbdfence"
-		local before=${BASH_REMATCH[0]}
-		printf '%s\n' "${v/"$before"/"$before$add"}"
-		return 0
-	fi
-	if [[ $v =~ (^|[[:space:]])(-l|--local) ]]; then
-		echo "cannot read the -l option in ARGUMENTS \"$v\"" >&2
-		return 3
-	fi
-	printf '%s\n' "$v -l $OURS"
-}
-
-# oned_change: prints the ARGUMENTS line before and after, or explains why
-# it cannot be changed automatically (status 3).
+# oned_plan: plans the oned.conf change with onedconf-rbdfence (reading
+# ARGUMENTS as the VMM driver does). Sets PLAN_FILE (the new content),
+# PLAN_REPORT (its report) and PLAN_WRAP (local migrate scripts to wrap);
+# status 3 when some VM_MAD running the kvm driver cannot be covered.
 oned_plan() {
 	[[ -f $ONED_CONF ]] || {
 		echo "no $ONED_CONF" >&2
 		return 3
 	}
-	local n line value newv
-	n=$(kvm_args_line "$ONED_CONF")
-	[[ -n $n ]] || {
-		echo "no VM_MAD with NAME = \"kvm\" and an ARGUMENTS line in $ONED_CONF" >&2
+	PLAN_FILE=$(mktemp)
+	PLAN_REPORT=$(mktemp)
+	local rc=0
+	"$bindir/onedconf-rbdfence" plan "$ONED_CONF" >"$PLAN_FILE" 2>"$PLAN_REPORT" || rc=$?
+	PLAN_WRAP=$(sed -n 's/^wrap: //p' "$PLAN_REPORT")
+	if [[ $rc != 0 ]]; then
+		sed -n 's/^problem: //p' "$PLAN_REPORT" >&2
+		[[ $rc == 3 ]] || cat "$PLAN_REPORT" >&2
 		return 3
-	}
-	line=$(sed -n "${n}p" "$ONED_CONF")
-	[[ $line =~ ^([^\"]*\")([^\"]*)(\".*)$ ]] || {
-		echo "cannot read the ARGUMENTS line $n of $ONED_CONF: $line" >&2
+	fi
+	if ! grep -q '^change: \|^covered: ' "$PLAN_REPORT"; then
+		echo "no VM_MAD in $ONED_CONF runs the kvm driver (EXECUTABLE one_vmm_exec, hypervisor kvm)" >&2
 		return 3
-	}
-	local pre=${BASH_REMATCH[1]} post=${BASH_REMATCH[3]}
-	value=${BASH_REMATCH[2]}
-	newv=$(new_arguments "$value") || return 3
-	PLAN_LINE_NO=$n
-	PLAN_OLD=$line
-	PLAN_NEW=$pre$newv$post
+	fi
 }
 
-# replace_line FILE N TEXT: replace line N of FILE by TEXT, keeping the file's
-# mode and owner.
-replace_line() {
-	local f=$1 n=$2 text=$3 tmp
+# write_like FILE SRC: replace FILE's content with SRC's, keeping FILE's
+# mode and owner, atomically.
+write_like() {
+	local f=$1 src=$2 tmp
 	tmp=$(mktemp "$f.rbdfence-XXXXXX")
-	awk -v n="$n" -v t="$text" 'NR == n { print t; next } { print }' "$f" >"$tmp"
+	cat "$src" >"$tmp"
 	chmod --reference="$f" "$tmp"
 	chown --reference="$f" "$tmp" 2>/dev/null || true
 	mv -f "$tmp" "$f"
@@ -264,67 +222,63 @@ replace_line() {
 
 install_frontend() {
 	local b
-	for b in deploy-rbdfence restore-rbdfence premigrate postmigrate failmigrate prestart; do
+	for b in deploy-rbdfence restore-rbdfence migrate-rbdfence prestart onedconf-rbdfence; do
 		[[ -x $bindir/$b ]] || die "$bindir/$b not found: run 'make build' or set RBDFENCE_BIN"
 	done
 	[[ -x $rbdfence_bin ]] || die "$rbdfence_bin not found: run 'make build' or set RBDFENCE_BIN"
 	[[ -d $VMM ]] || die "$VMM not found: is this an OpenNebula front-end (use --prefix for a test tree)?"
-	[[ -d $TM ]] || die "$TM not found: the Ceph TM driver is not installed"
 
 	# Plan the oned.conf change first: --apply must not leave a half install.
-	local why restart=0 errf planned=0
+	local why="" restart=0 errf planned=0
 	errf=$(mktemp)
 	if oned_plan 2>"$errf"; then
 		planned=1
 	else
-		why=$(tr '\n' ' ' <"$errf")
-		[[ $APPLY == 1 ]] && {
+		why=$(cat "$errf")
+		if [[ $APPLY == 1 ]]; then
 			rm -f "$errf"
-			die "--apply: oned.conf cannot be changed: $why(nothing was installed)"
-		}
+			die "--apply: oned.conf cannot be changed safely: $(echo "$why" | tr '\n' ' ')(nothing was installed)"
+		fi
 	fi
 	rm -f "$errf"
 
 	init_state
 
-	# VMM local actions.
+	# VMM local actions; the migrate action also under the name of every
+	# local migrate script of the admin's that it wraps.
 	put "$bindir/deploy-rbdfence" "$VMM/deploy-rbdfence"
 	put "$bindir/restore-rbdfence" "$VMM/restore-rbdfence"
+	put "$bindir/migrate-rbdfence" "$VMM/migrate-rbdfence"
+	local w
+	for w in ${PLAN_WRAP:-}; do
+		[[ -x $VMM/$w ]] || log "WARNING: the local migrate script vmm/kvm/$w that oned.conf names is missing: migrations will fail until it is back"
+		put "$bindir/migrate-rbdfence" "$VMM/$w-rbdfence"
+	done
 
-	# TM wrappers; the originals are kept and always called.
+	# An earlier rbdfence replaced OpenNebula's tm/ceph migrate scripts with
+	# wrappers: put OpenNebula's back (migration is now a VMM local action).
 	local op orig
 	for op in "${TM_OPS[@]}"; do
 		orig=$TM/$op.rbdfence-orig
-		if [[ -e $TM/$op ]] && ! is_ours "$TM/$op"; then
-			if [[ -e $orig ]]; then
-				log "tm/ceph/$op was replaced by a new upstream script (OpenNebula upgrade?): keeping it as the original"
-				unrecord "$orig" # an upstream script now, not our stub
-			fi
-			mv -f "$TM/$op" "$orig"
-		elif [[ ! -e $TM/$op ]] && [[ ! -e $orig ]]; then
-			# No upstream script (older OpenNebula): a no-op original.
-			printf '#!/bin/bash\n# rbdfence: stub original (there was no tm/ceph/%s)\nexit 0\n' "$op" >"$orig.rbdfence-new"
-			chmod 0755 "$orig.rbdfence-new"
-			mv -f "$orig.rbdfence-new" "$orig"
-			record "$orig"
-		elif [[ ! -e $orig ]]; then
-			die "tm/ceph/$op is our wrapper but its original $orig is gone: restore OpenNebula's tm/ceph/$op as $orig, then run this again"
-		fi
-		# The wrapper replaces the original's place; it is not "created" by us
-		# when an original was moved away (uninstall moves that back).
-		if [[ -e $TM/$op ]]; then
-			put "$bindir/$op" "$TM/$op"
+		[[ -e $orig ]] || continue
+		if grep -qxF "$orig" "$CREATED" 2>/dev/null; then
+			rm -f "$orig" # a no-op stub an earlier install made
+			is_ours "$TM/$op" && rm -f "$TM/$op"
+			unrecord "$orig"
+		elif [[ -e $TM/$op ]] && ! is_ours "$TM/$op"; then
+			log "tm/ceph/$op is OpenNebula's (upgrade?): removed the stale $orig"
+			rm -f "$orig"
 		else
-			install -m 0755 "$bindir/$op" "$TM/$op.rbdfence-new"
-			chown --reference="$TM" "$TM/$op.rbdfence-new" 2>/dev/null || true
-			mv -f "$TM/$op.rbdfence-new" "$TM/$op"
+			mv -f "$orig" "$TM/$op"
+			log "tm/ceph/$op: OpenNebula's script is back in place (rbdfence no longer wraps it)"
 		fi
 	done
 
-	# The host-side binary and the prestart driver.
+	# The host-side binary, the prestart driver, the oned.conf tool.
 	ensure_dir "$RBD"
 	put "$rbdfence_bin" "$RBD/rbdfence-host"
 	put "$bindir/prestart" "$RBD/prestart"
+	put "$bindir/onedconf-rbdfence" "$RBD/onedconf-rbdfence"
 
 	# A default config if there is none.
 	if [[ ! -e $CONFIG ]]; then
@@ -338,33 +292,49 @@ install_frontend() {
 
 	# oned.conf.
 	if [[ $planned == 1 ]]; then
-		if [[ $PLAN_OLD == "$PLAN_NEW" ]]; then
-			log "oned.conf: the kvm VM_MAD already runs the rbdfence local actions"
+		if cmp -s "$ONED_CONF" "$PLAN_FILE"; then
+			log "oned.conf: every VM_MAD running the kvm driver already runs the rbdfence local actions ($(sed -n 's/^covered: //p' "$PLAN_REPORT" | paste -sd, -))"
 		elif [[ $APPLY == 1 ]]; then
-			[[ -f $STATE/oned.line.orig ]] || printf '%s\n' "$PLAN_OLD" >"$STATE/oned.line.orig"
-			printf '%s\n' "$PLAN_NEW" >"$STATE/oned.line.new"
-			replace_line "$ONED_CONF" "$PLAN_LINE_NO" "$PLAN_NEW"
+			if [[ ! -f $STATE/oned.conf.orig ]]; then
+				if [[ -f $STATE/oned.line.orig && -f $STATE/oned.line.new ]]; then
+					# An earlier install changed one line: the original is
+					# today's file with that line as it was.
+					local n
+					n=$(grep -nxF -- "$(cat "$STATE/oned.line.new")" "$ONED_CONF" | head -1 | cut -d: -f1)
+					if [[ -n $n ]]; then
+						awk -v n="$n" -v f="$STATE/oned.line.orig" 'NR == n { while ((getline l < f) > 0) print l; next } { print }' "$ONED_CONF" >"$STATE/oned.conf.orig"
+					else
+						cp "$ONED_CONF" "$STATE/oned.conf.orig"
+					fi
+					rm -f "$STATE/oned.line.orig" "$STATE/oned.line.new"
+				else
+					cp "$ONED_CONF" "$STATE/oned.conf.orig"
+				fi
+			fi
+			write_like "$ONED_CONF" "$PLAN_FILE"
+			cp "$ONED_CONF" "$STATE/oned.conf.new"
 			restart=1
-			log "oned.conf: kvm VM_MAD ARGUMENTS changed (line $PLAN_LINE_NO):"
-			log "  was: $(echo "$PLAN_OLD" | sed 's/^[[:space:]]*//')"
-			log "  now: $(echo "$PLAN_NEW" | sed 's/^[[:space:]]*//')"
+			log "oned.conf: VM_MAD ARGUMENTS changed ($(sed -n 's/^change: //p' "$PLAN_REPORT" | paste -sd, -)):"
+			sed -n 's/^\([-+]\)[[:space:]]*/  \1 /p' "$PLAN_REPORT" >&2
 		else
-			echo "Change the kvm VM_MAD in $ONED_CONF (line $PLAN_LINE_NO), or run again with --apply:"
-			echo "  - $(echo "$PLAN_OLD" | sed 's/^[[:space:]]*//')"
-			echo "  + $(echo "$PLAN_NEW" | sed 's/^[[:space:]]*//')"
+			echo "Change the VM_MAD(s) running the kvm driver in $ONED_CONF, or run again with --apply:"
+			sed -n 's/^\([-+]\)[[:space:]]*/  \1 /p' "$PLAN_REPORT"
 			restart=1
 		fi
 	else
 		restart=1
-		echo "oned.conf was not changed: $why"
-		echo "Add the local actions to the kvm VM_MAD ARGUMENTS by hand: -l $OURS"
-		echo "(merged into an existing -l list; oned honours only the last -l option)."
+		echo "oned.conf was not changed, and these VM_MADs get NO rbdfence protection:"
+		printf '%s\n' "$why" | sed 's/^/  - /'
+		echo "Add the local actions to their ARGUMENTS by hand: -l $OURS"
+		echo "(merged into the last -l list: the driver reads only the last -l option)."
 	fi
+	rm -f "${PLAN_FILE:-}" "${PLAN_REPORT:-}"
 
 	echo "Next steps:"
 	[[ $restart == 0 ]] || echo "  - restart oned (systemctl restart opennebula) after the VM_MAD change"
 	echo "  - run 'onehost sync --force' as oneadmin: it copies rbdfence-host to /var/tmp/one/rbdfence/ on every host"
 	echo "  - on every KVM host: install.sh host (the libvirt hook)"
+	echo "  - check with 'rbdfence doctor --role frontend'"
 }
 
 # ------------------------------------------------------------- uninstall --
@@ -374,39 +344,47 @@ uninstall_frontend() {
 		log "nothing to uninstall ($STATE not found)"
 		return 0
 	}
-	# oned.conf: put the original ARGUMENTS line back.
-	if [[ -f $STATE/oned.line.orig && -f $ONED_CONF ]]; then
-		local n cur orig new
-		orig=$(cat "$STATE/oned.line.orig")
-		new=$(cat "$STATE/oned.line.new")
-		n=$(kvm_args_line "$ONED_CONF")
-		cur=""
-		[[ -n $n ]] && cur=$(sed -n "${n}p" "$ONED_CONF")
-		if [[ -n $n && $cur == "$new" ]]; then
-			replace_line "$ONED_CONF" "$n" "$orig"
-			log "oned.conf: kvm VM_MAD ARGUMENTS restored; restart oned"
-		elif [[ -n $n && $cur == *$OURS* ]]; then
-			replace_line "$ONED_CONF" "$n" "$(printf '%s' "$cur" | sed -e "s/ -l $OURS//" -e "s/,$OURS//" -e 's/,deploy=deploy-rbdfence//' -e 's/,restore=restore-rbdfence//')"
-			log "oned.conf: the ARGUMENTS line was edited since; removed only the rbdfence local actions; restart oned"
+	# oned.conf: byte for byte what was there, unless it was edited since.
+	if [[ -f $STATE/oned.conf.orig && -f $ONED_CONF ]]; then
+		if cmp -s "$ONED_CONF" "$STATE/oned.conf.new"; then
+			write_like "$ONED_CONF" "$STATE/oned.conf.orig"
+			log "oned.conf: restored as it was before the install; restart oned"
 		else
-			log "oned.conf: the kvm VM_MAD ARGUMENTS no longer carry the rbdfence actions: left as is"
+			local tool=$RBD/onedconf-rbdfence tmp
+			[[ -x $tool ]] || tool=$bindir/onedconf-rbdfence
+			tmp=$(mktemp)
+			if [[ -x $tool ]] && "$tool" remove "$ONED_CONF" >"$tmp" && ! cmp -s "$tmp" "$ONED_CONF"; then
+				write_like "$ONED_CONF" "$tmp"
+				log "oned.conf: edited since the install; removed only the rbdfence local actions; restart oned"
+			else
+				log "oned.conf: edited since the install and carries no rbdfence local actions: left as is"
+			fi
+			rm -f "$tmp"
 		fi
-	elif [[ -f $ONED_CONF ]] && grep -qF "$OURS" "$ONED_CONF"; then
-		log "oned.conf still enables deploy-rbdfence/restore-rbdfence (added by hand?): remove '-l $OURS' from the kvm VM_MAD and restart oned"
+	elif [[ -f $STATE/oned.line.orig && -f $ONED_CONF ]]; then
+		# An install by an earlier rbdfence: one line changed.
+		local n
+		n=$(grep -nxF -- "$(cat "$STATE/oned.line.new")" "$ONED_CONF" | head -1 | cut -d: -f1)
+		if [[ -n $n ]]; then
+			awk -v n="$n" -v f="$STATE/oned.line.orig" 'NR == n { while ((getline l < f) > 0) print l; next } { print }' "$ONED_CONF" >"$STATE/oned.tmp"
+			write_like "$ONED_CONF" "$STATE/oned.tmp"
+			log "oned.conf: kvm VM_MAD ARGUMENTS restored; restart oned"
+		fi
+	elif [[ -f $ONED_CONF ]] && grep -qF -- "-rbdfence" "$ONED_CONF"; then
+		log "oned.conf still runs rbdfence local actions (added by hand?): remove them from the VM_MAD ARGUMENTS and restart oned"
 	fi
 
-	# TM: the originals go back in place.
+	# TM: originals an earlier rbdfence kept go back in place.
 	local op orig
 	for op in "${TM_OPS[@]}"; do
 		orig=$TM/$op.rbdfence-orig
 		[[ -e $orig ]] || continue
 		if [[ -e $TM/$op ]] && ! is_ours "$TM/$op"; then
-			log "tm/ceph/$op is not our wrapper any more (upgrade?): left in place, $orig removed"
 			rm -f "$orig"
 			continue
 		fi
 		if grep -qxF "$orig" "$CREATED" 2>/dev/null; then
-			rm -f "$orig" "$TM/$op" # a stub we made: there was no script
+			rm -f "$orig" "$TM/$op"
 		else
 			mv -f "$orig" "$TM/$op"
 		fi

@@ -35,7 +35,11 @@ type Config struct {
 	MonHost string
 	// User is the cephx id without "client." (default "admin" as librados does).
 	User string
-	// Keyring is the keyring path.
+	// Keyring is the path of the client's secret: a keyring ("[client.x]"
+	// sections with "key = ..." lines) or a bare key file, as OpenNebula's
+	// CEPH_KEY is (its scripts pass it to `rbd --keyfile`,
+	// src/tm_mad/ceph/clone:109 of release-7.4.0). The file's content
+	// decides which librados option reads it (KeySource).
 	Keyring        string
 	ConnectTimeout time.Duration
 	OpTimeout      time.Duration
@@ -159,7 +163,16 @@ func Connect(ctx context.Context, cfg Config) (*Cluster, error) {
 		opts = append(opts, [2]string{"mon_host", cfg.MonHost})
 	}
 	if cfg.Keyring != "" {
-		opts = append(opts, [2]string{"keyring", cfg.Keyring})
+		opt, err := KeySource(cfg.Keyring)
+		if err != nil {
+			conn.Shutdown()
+			return nil, &ConnectError{MonHost: cfg.MonHost, User: cfg.User, Err: err}
+		}
+		if opt == "keyfile" {
+			// Only this file: no default keyring may add another key.
+			opts = append(opts, [2]string{"keyring", ""})
+		}
+		opts = append(opts, [2]string{opt, cfg.Keyring})
 	}
 	for _, o := range opts {
 		if err := conn.SetConfigOption(o[0], o[1]); err != nil {

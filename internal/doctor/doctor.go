@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/frontend"
 	"github.com/rbdfence/rbdfence/internal/opennebula"
 )
 
@@ -174,8 +175,9 @@ func checkHook(root string) Result {
 	return r
 }
 
-// checkWrappers: the VMM local actions, the TM migrate wrappers with their
-// originals kept, and the host-side binary in remotes.
+// checkWrappers: the VMM local actions and the host-side binary in
+// remotes, and no tm/ceph wrapper of an earlier rbdfence left in
+// OpenNebula's place (migration is a VMM local action now).
 func checkWrappers(root string) []Result {
 	remotes := filepath.Join(root, "var/lib/one/remotes")
 	fix := "run 'install.sh frontend' on the front-end, then 'onehost sync --force'"
@@ -189,38 +191,54 @@ func checkWrappers(root string) []Result {
 		}
 		out = append(out, Result{Check: name, OK: true, Detail: "installed in " + filepath.Dir(paths[0])})
 	}
-	check("vmm-wrappers", filepath.Join(remotes, "vmm/kvm/deploy-rbdfence"), filepath.Join(remotes, "vmm/kvm/restore-rbdfence"))
-	var tm []string
-	for _, op := range []string{"premigrate", "postmigrate", "failmigrate"} {
-		tm = append(tm, filepath.Join(remotes, "tm/ceph", op), filepath.Join(remotes, "tm/ceph", op+".rbdfence-orig"))
-	}
-	check("tm-wrappers", tm...)
+	vmm := filepath.Join(remotes, "vmm/kvm")
+	check("vmm-wrappers", filepath.Join(vmm, frontend.DeployAction), filepath.Join(vmm, frontend.RestoreAction), filepath.Join(vmm, frontend.MigrateAction))
 	check("host-binary", filepath.Join(remotes, "rbdfence/rbdfence-host"))
-	return out
+	var left []string
+	for _, op := range []string{"premigrate", "postmigrate", "failmigrate"} {
+		if _, err := os.Stat(filepath.Join(remotes, "tm/ceph", op+frontend.OrigSuffix)); err == nil {
+			left = append(left, "tm/ceph/"+op)
+		}
+	}
+	r := Result{Check: "tm-ceph", OK: true, Detail: "OpenNebula's tm/ceph migrate scripts are its own"}
+	if len(left) > 0 {
+		r = Result{Check: "tm-ceph", Detail: "an earlier rbdfence still wraps " + strings.Join(left, ", "), Fix: "run 'install.sh frontend': it puts OpenNebula's scripts back"}
+	}
+	return append(out, r)
 }
 
-var argsRe = regexp.MustCompile(`(?m)^\s*ARGUMENTS\s*=\s*"([^"]*)"`)
-
-// checkVMMAD: the kvm VM_MAD runs our local deploy and restore actions.
+// checkVMMAD: every VM_MAD that runs the kvm driver (any NAME) runs our
+// local actions, as the driver reads its ARGUMENTS (the last -l wins).
 func checkVMMAD(root string) Result {
-	r := Result{Check: "vm-mad", Fix: "add '-l deploy=deploy-rbdfence,restore=restore-rbdfence' to the kvm VM_MAD ARGUMENTS (install.sh frontend --apply) and restart oned"}
+	r := Result{Check: "vm-mad", Fix: "run 'install.sh frontend --apply' (or add '-l deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence' to the last -l of each such VM_MAD) and restart oned"}
 	path := filepath.Join(root, "etc/one/oned.conf")
 	b, err := os.ReadFile(path)
 	if err != nil {
 		r.Detail = fmt.Sprintf("cannot read %s: %v", path, errors.Unwrap(err))
 		return r
 	}
-	for _, block := range strings.Split(string(b), "VM_MAD") {
-		if !regexp.MustCompile(`NAME\s*=\s*"kvm"`).MatchString(block) {
-			continue
+	ok, detail := frontend.CoverageReport(b)
+	r.Detail = path + ": " + detail
+	if !ok {
+		return r
+	}
+	// Every migrate action named there is installed, and so is the admin's
+	// local migrate script a <script>-rbdfence wraps.
+	vmm := filepath.Join(root, "var/lib/one/remotes/vmm/kvm")
+	for _, s := range frontend.MigrateScripts(b) {
+		paths := []string{filepath.Join(vmm, s)}
+		if w, _ := strings.CutSuffix(s, frontend.MigrateSuffix); w != "migrate" {
+			paths = append(paths, filepath.Join(vmm, w))
 		}
-		m := argsRe.FindStringSubmatch(block)
-		if m != nil && strings.Contains(m[1], "deploy=deploy-rbdfence") && strings.Contains(m[1], "restore=restore-rbdfence") {
-			r.OK, r.Detail, r.Fix = true, "kvm VM_MAD runs deploy-rbdfence and restore-rbdfence", ""
-			return r
+		for _, p := range paths {
+			if err := executable(p); err != nil {
+				r.Detail = fmt.Sprintf("%s names the local migrate action %s: %v", path, s, err)
+				r.Fix = "run 'install.sh frontend' (it installs <script>-rbdfence for a wrapped local migrate script), or restore the script"
+				return r
+			}
 		}
 	}
-	r.Detail = path + ": the kvm VM_MAD does not run the rbdfence local actions"
+	r.OK, r.Fix = true, ""
 	return r
 }
 

@@ -11,30 +11,87 @@ import (
 )
 
 func TestCheckVMMAD(t *testing.T) {
+	const ours = "deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence"
+	mad := func(name, args string) string {
+		return "VM_MAD = [\n    NAME = \"" + name + "\",\n    EXECUTABLE = \"one_vmm_exec\",\n    ARGUMENTS = \"" + args + "\",\n]\n"
+	}
 	for _, tc := range []struct {
-		name, conf string
-		ok         bool
+		name, conf, want string
+		ok               bool
 	}{
-		{"enabled", `VM_MAD = [
-    NAME = "kvm",
-    ARGUMENTS = "-t 15 -r 0 kvm -l deploy=deploy-rbdfence,restore=restore-rbdfence",
-]`, true},
-		{"only on another driver", `VM_MAD = [ NAME = "lxc", ARGUMENTS = "-l deploy=deploy-rbdfence,restore=restore-rbdfence" ]
-VM_MAD = [ NAME = "kvm", ARGUMENTS = "-t 15 -r 0 kvm" ]`, false},
-		{"deploy only", `VM_MAD = [ NAME = "kvm", ARGUMENTS = "-t 15 kvm -l deploy=deploy-rbdfence" ]`, false},
+		{"enabled", mad("kvm", "-t 15 -r 0 kvm -l "+ours), `"kvm"`, true},
+		{"only on another driver", mad("lxc", "lxc -l "+ours) + mad("kvm", "-t 15 -r 0 kvm"), `"kvm" (no rbdfence`, false},
+		{"deploy only", mad("kvm", "-t 15 kvm -l deploy=deploy-rbdfence"), "restore, migrate", false},
+		// The driver reads only the last -l (one_vmm_exec.rb:1555-1556).
+		{"ours then another -l", mad("kvm", "-t 15 kvm -l "+ours+" -l save"), "no rbdfence deploy", false},
+		{"abbreviated", mad("kvm", "-t 15 kvm --loc="+ours), `"kvm"`, true},
+		// NAME "qemu" runs the same kvm driver (share/etc/oned.conf:488-498).
+		{"qemu not covered", mad("kvm", "kvm -l "+ours) + mad("qemu", "-t 15 -r 0 kvm"), `"qemu" (no rbdfence`, false},
+		{"no kvm driver", mad("lxc", "lxc"), "no VM_MAD runs the kvm driver", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
 			os.MkdirAll(filepath.Join(root, "etc/one"), 0o755)
 			os.WriteFile(filepath.Join(root, "etc/one/oned.conf"), []byte(tc.conf), 0o644)
+			os.MkdirAll(filepath.Join(root, "var/lib/one/remotes/vmm/kvm"), 0o755)
+			os.WriteFile(filepath.Join(root, "var/lib/one/remotes/vmm/kvm/migrate-rbdfence"), []byte("x"), 0o755)
 			r := checkVMMAD(root)
-			if r.OK != tc.ok || (!r.OK && r.Fix == "") {
+			if r.OK != tc.ok || (!r.OK && r.Fix == "") || !strings.Contains(r.Detail, tc.want) {
 				t.Fatalf("%+v", r)
 			}
 		})
 	}
+	// A wrapped local migrate script: both it and its wrapper must be there.
+	root := t.TempDir()
+	vmm := filepath.Join(root, "var/lib/one/remotes/vmm/kvm")
+	os.MkdirAll(vmm, 0o755)
+	os.MkdirAll(filepath.Join(root, "etc/one"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc/one/oned.conf"), []byte(mad("kvm", "kvm -l deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate_local-rbdfence")), 0o644)
+	if r := checkVMMAD(root); r.OK || !strings.Contains(r.Detail, "migrate_local-rbdfence") {
+		t.Fatalf("missing wrapper: %+v", r)
+	}
+	os.WriteFile(filepath.Join(vmm, "migrate_local-rbdfence"), []byte("x"), 0o755)
+	if r := checkVMMAD(root); r.OK || !strings.Contains(r.Detail, "vmm/kvm/migrate_local") {
+		t.Fatalf("missing wrapped script: %+v", r)
+	}
+	os.WriteFile(filepath.Join(vmm, "migrate_local"), []byte("x"), 0o755)
+	if r := checkVMMAD(root); !r.OK {
+		t.Fatalf("wrapper and script installed: %+v", r)
+	}
 	if r := checkVMMAD(t.TempDir()); r.OK || !strings.Contains(r.Detail, "cannot read") {
 		t.Fatalf("missing oned.conf: %+v", r)
+	}
+}
+
+func TestCheckWrappersTMLeftovers(t *testing.T) {
+	root := t.TempDir()
+	vmm := filepath.Join(root, "var/lib/one/remotes/vmm/kvm")
+	tm := filepath.Join(root, "var/lib/one/remotes/tm/ceph")
+	os.MkdirAll(vmm, 0o755)
+	os.MkdirAll(tm, 0o755)
+	for _, f := range []string{"deploy-rbdfence", "restore-rbdfence", "migrate-rbdfence"} {
+		os.WriteFile(filepath.Join(vmm, f), []byte("x"), 0o755)
+	}
+	byName := func() map[string]Result {
+		m := map[string]Result{}
+		for _, r := range checkWrappers(root) {
+			m[r.Check] = r
+		}
+		return m
+	}
+	if r := byName()["vmm-wrappers"]; !r.OK {
+		t.Fatalf("vmm-wrappers: %+v", r)
+	}
+	if r := byName()["tm-ceph"]; !r.OK {
+		t.Fatalf("tm-ceph: %+v", r)
+	}
+	os.WriteFile(filepath.Join(tm, "premigrate.rbdfence-orig"), []byte("x"), 0o755)
+	if r := byName()["tm-ceph"]; r.OK || !strings.Contains(r.Detail, "tm/ceph/premigrate") {
+		t.Fatalf("leftover wrapper not reported: %+v", r)
+	}
+	os.Remove(filepath.Join(vmm, "migrate-rbdfence"))
+	if r := byName()["vmm-wrappers"]; r.OK || !strings.Contains(r.Detail, "migrate-rbdfence") {
+		t.Fatalf("missing migrate action not reported: %+v", r)
 	}
 }
 

@@ -1,7 +1,9 @@
 // Package frontend is the OpenNebula front-end side of rbdfence: the logic
-// behind the drivers that oned runs as oneadmin (drivers/prestart, the VMM
-// local-action wrappers deploy-rbdfence and restore-rbdfence, and the Ceph TM
-// wrappers premigrate, postmigrate and failmigrate).
+// behind the drivers that oned runs as oneadmin (drivers/prestart and the
+// VMM local actions deploy-rbdfence, restore-rbdfence and migrate-rbdfence),
+// and the reading of oned.conf VM_MAD ARGUMENTS as the driver reads them
+// (onedconf.go, drivers/onedconf-rbdfence). OpenNebula's own files under
+// remotes/ are not replaced.
 //
 // It is pure Go (no cgo, no go-ceph): a front-end may have no Ceph libraries.
 // The Ceph work runs where OpenNebula's own Ceph drivers run it, on a host:
@@ -26,8 +28,7 @@
 //
 //	deploy-rbdfence  <local deployment file> <host> <vmid> <host>    stdin: base64 domain XML
 //	restore-rbdfence <checkpoint> <host> <deploy_id> <vmid> <host>   stdin: base64 driver action XML
-//	premigrate|postmigrate|failmigrate <src> <dst> <remote_system_dir> <vmid> <sys_dsid> [caller_tm]
-//	                                                                  stdin: base64 VM XML
+//	migrate-rbdfence <deploy_id> <dst> <src> <vmid> <src>             stdin: base64 driver action XML
 //	prestart <vmid> [<host>]                                          (for admins and other wrappers)
 //
 // The deploy wrapper runs the start check, then exactly what the normal
@@ -52,30 +53,22 @@
 // progress is logged as "INFO: <vmid> rbdfence: ..." and problems that do
 // not stop the action as "ERROR: <vmid> rbdfence: ...".
 //
-// # Migration failure policy
+// # Migration failure policy (MigrateVMM)
 //
-// The TM wrappers always run the original script (<name>.rbdfence-orig
-// next to them) with the same arguments and stdin, after their own step;
-// bash originals are sourced with $0 set to the wrapper's path so that
-// migrate_other still finds tm/<other>/<name>.
-//
-//   - premigrate: if the handover window cannot be opened the wrapper exits
-//     non-zero (after the original ran), so oned aborts the live migration
-//     and the VM keeps running on the source. Going on without the window
-//     would let the destination's libvirt hook fence the running source (or
-//     refuse the incoming migration late). fence.fail_open does not apply:
-//     a refused migration loses nothing. If the original fails after the
-//     window was opened, the window is closed again with a failmigrate step
-//     on the destination (best effort; it also expires on its own).
-//   - postmigrate: the VM already runs on the destination and oned treats
-//     this step as no-fail. Our failure is logged as ERROR lines and never
-//     changes the exit code: turning a successful migration into a "failed"
-//     one is exactly how zombies are made. The window then expires on its
-//     own and the next start elsewhere fences the recorded addresses.
-//   - failmigrate: oned ignores the result (a no-fail rollback step). The
-//     original's non-zero code wins; otherwise our failure exits non-zero so
-//     the VM log shows it. When the destination cannot be reached over ssh
-//     the step runs on the source instead and fences every client of the
-//     VM's images that is not on the source (the copy included); only when
-//     neither host answers does the error say that nothing was fenced.
+//   - the window cannot be opened: the action fails before the real
+//     migration starts (exit 2-4); the VM keeps running on the source and
+//     oned rolls back. fence.fail_open does not apply: a refused migration
+//     loses nothing, going on would let the destination's hook fence the
+//     running source.
+//   - the real migration fails: its copy on the destination is fenced and
+//     the window closed (failmigrate step); the exit code is the
+//     migration's own. When the destination cannot be reached over ssh the
+//     step runs on the source and fences every client of the VM's images
+//     that is not on the source; only when neither host answers does the
+//     error say that nothing was fenced.
+//   - the real migration succeeds: the window is closed and a lock owner not
+//     on the destination fenced (postmigrate step); our failure is logged as
+//     ERROR lines and never changes the exit code: turning a successful
+//     migration into a "failed" one is how zombies are made. The window
+//     then expires on its own.
 package frontend

@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -41,25 +42,28 @@ func Main(body func(ctx context.Context) int) {
 	os.Exit(code)
 }
 
-// Action is a driver action: Deploy or Restore.
+// Action is a driver action: Deploy, Restore or (with its path) MigrateVMM.
 type Action func(ctx context.Context, e *Env, args []string, stdin io.Reader) error
 
-// RunAction is a VMM wrapper's whole run: load the config, do the action,
+// RunAction is a VMM action's whole run: load the config, do the action,
 // map the result to the exit code.
+//
+// stderr is written when the action ends, the refusal's plain line first:
+// oned reads it all at the end anyway. 7.x files the "INFO: <vmid> ..."
+// lines in the VM log and shows the other lines as the VM's ERROR
+// (DriverExecHelper.rb:167-207 of release-7.4.0); 6.x shows the whole
+// stderr as the ERROR (CommandManager.rb:97-101 of release-6.10.5), which
+// thus starts with the reason, and drops the stderr of a success (the
+// event in the VM's user template is the durable record there).
 func RunAction(ctx context.Context, act Action, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e, err := LoadEnv("", stdout, stderr)
+	var lines bytes.Buffer
+	e, err := LoadEnv("", stdout, &lines)
 	if err == nil {
 		err = act(ctx, e, args, stdin)
 	}
-	return Exit(err, stderr)
-}
-
-// RunMigrate is a TM wrapper's whole run for op. Without a usable config
-// rbdfence cannot act, but the original script still runs.
-func RunMigrate(ctx context.Context, op, self string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	e, err := LoadEnv("", stdout, stderr)
-	if err != nil {
-		e = BrokenEnv(err, stdout, stderr)
-	}
-	return Exit(Migrate(ctx, e, op, self, args, stdin), stderr)
+	var plain bytes.Buffer
+	code := Exit(err, &plain)
+	_, _ = stderr.Write(plain.Bytes())
+	_, _ = stderr.Write(lines.Bytes())
+	return code
 }

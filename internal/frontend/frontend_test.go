@@ -51,10 +51,23 @@ func TestSSHArgv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"ssh", "-F", "/etc/x/ssh_config", "-o", "BatchMode=yes", "-o", "ConnectTimeout=7", "node1",
+	// ControlMaster=auto as OpenNebula's ssh wrapper adds it
+	// (share/ssh/bin/ssh:98 of release-7.4.0): the persistent connection
+	// of oneadmin's ssh config (ControlPath, ControlPersist) is shared.
+	want := []string{"ssh", "-F", "/etc/x/ssh_config", "-o", "BatchMode=yes", "-o", "ConnectTimeout=7", "-o", "ControlMaster=auto", "node1",
 		`'/var/tmp/one/rbdfence/rbdfence-host' 'host' '--config' '/etc/one/it'"'"'s.yaml'`}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+	// A delegated action brings its own (no master: agent forwarding).
+	got, _ = e.sshArgvOpts("node1", []string{"x"}, "-o", "ForwardAgent=yes", "-o", "ControlMaster=no", "-o", "ControlPath=none")
+	if strings.Contains(strings.Join(got, " "), "ControlMaster=auto") {
+		t.Fatalf("ControlMaster=auto with a delegated action: %q", got)
+	}
+	// So does an admin's ssh command.
+	e.Cfg.OpenNebula.SSH = "ssh -o ControlMaster=no"
+	if got, _ = e.sshArgv("node1", []string{"x"}); strings.Contains(strings.Join(got, " "), "ControlMaster=auto") {
+		t.Fatalf("ControlMaster=auto over the configured ssh command's: %q", got)
 	}
 	if _, err := e.sshArgv("-oProxyCommand=sh", []string{"x"}); err == nil {
 		t.Fatal("an option as host name was accepted")
@@ -79,12 +92,12 @@ func TestParseArgs(t *testing.T) {
 		{"restore ok", func(a []string) error { _, err := ParseRestoreArgs(a); return err }, []string{"/var/lib/one/datastores/0/4/checkpoint", "n1", "uuid", "4", "n1"}, ""},
 		{"restore short", func(a []string) error { _, err := ParseRestoreArgs(a); return err }, []string{"/c", "n1"}, "wrong number"},
 		{"restore relative", func(a []string) error { _, err := ParseRestoreArgs(a); return err }, []string{"c", "n1", "u", "4", "n1"}, "absolute"},
-		{"migrate ok", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n2", "/var/lib/one/datastores/0/4", "4", "0"}, ""},
-		{"migrate caller", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n2", "/d", "4", "0", "ssh"}, ""},
-		{"migrate short", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n2"}, "wrong number"},
-		{"migrate long", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n2", "/d", "4", "0", "ssh", "x"}, "wrong number"},
-		{"migrate bad ds", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n2", "/d", "4", "zero"}, "datastore"},
-		{"migrate bad dst", func(a []string) error { _, err := ParseMigrateArgs("premigrate", a); return err }, []string{"n1", "n 2", "/d", "4", "0"}, "destination host"},
+		{"migrate ok", func(a []string) error { _, err := ParseVMMMigrateArgs(a); return err }, []string{"one-4", "n2", "n1", "4", "n1"}, ""},
+		{"migrate 4 args", func(a []string) error { _, err := ParseVMMMigrateArgs(a); return err }, []string{"one-4", "n2", "n1", "4"}, ""},
+		{"migrate short", func(a []string) error { _, err := ParseVMMMigrateArgs(a); return err }, []string{"one-4", "n2"}, "wrong number"},
+		{"migrate sources differ", func(a []string) error { _, err := ParseVMMMigrateArgs(a); return err }, []string{"one-4", "n2", "n1", "4", "n3"}, "differ"},
+		{"migrate bad dst", func(a []string) error { _, err := ParseVMMMigrateArgs(a); return err }, []string{"one-4", "n 2", "n1", "4", "n1"}, "destination host"},
+		{"migrate empty deploy id", func(a []string) error { _, err := ParseVMMMigrateArgs(a); return err }, []string{"", "n2", "n1", "4", "n1"}, "deploy id"},
 		{"prestart ok", func(a []string) error { _, err := ParsePrestartArgs(a); return err }, []string{"4"}, ""},
 		{"prestart host", func(a []string) error { _, err := ParsePrestartArgs(a); return err }, []string{"4", "n1"}, ""},
 		{"prestart none", func(a []string) error { _, err := ParsePrestartArgs(a); return err }, nil, "usage: prestart"},
@@ -218,17 +231,6 @@ func TestRunTimeoutKillsGroup(t *testing.T) {
 	}
 }
 
-func TestBashShebang(t *testing.T) {
-	for line, want := range map[string]bool{
-		"#!/bin/bash": true, "#!/usr/bin/bash -e": true, "#!/usr/bin/env bash": true, "#! /bin/bash": true,
-		"#!/bin/sh": false, "#!/usr/bin/env ruby": false, "#!/bin/bashful": false, "bash": false,
-	} {
-		if got := bashShebang.MatchString(line); got != want {
-			t.Errorf("%q: %v, want %v", line, got, want)
-		}
-	}
-}
-
 func TestHostCommand(t *testing.T) {
 	for _, tc := range []struct {
 		cfgPath string
@@ -242,5 +244,68 @@ func TestHostCommand(t *testing.T) {
 		if got := strings.Join((&Env{Cfg: cfg}).hostCommand(), "|"); got != tc.want {
 			t.Errorf("host_config %s: %s, want %s", tc.cfgPath, got, tc.want)
 		}
+	}
+}
+
+func TestVMDirFile(t *testing.T) {
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	for _, tc := range []struct {
+		name, in, want, err string
+	}{
+		// As the driver writes them for a local deploy (base64 stdin of a
+		// local step, OpenNebulaDriver.rb:103-104 of release-7.4.0).
+		{"vm.xml", b64("<VM><ID>42</ID></VM>"), "<VM><ID>42</ID></VM>", ""},
+		{"ds.xml", b64("<DATASTORE><ID>0</ID></DATASTORE>"), "<DATASTORE><ID>0</ID></DATASTORE>", ""},
+		{"vm.xml", b64("<VM><ID>42</ID></VM>") + "\n", "<VM><ID>42</ID></VM>", ""},
+		// Already XML, or empty: kept byte for byte.
+		{"vm.xml", "<VM><ID>42</ID></VM>\n", "<VM><ID>42</ID></VM>\n", ""},
+		{"ds.xml", "", "", ""},
+		{"vm.xml", "PFZNPjxJRD40Mj", "", "neither XML nor base64"},
+		{"vm.xml", b64("<DATASTORE/>"), "", "want <VM>"},
+		{"ds.xml", b64("not xml"), "", "decoded from base64"},
+	} {
+		got, err := vmDirFile(tc.name, []byte(tc.in))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s %q: err %v, want %q", tc.name, tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%s %q: got %q, %v; want %q", tc.name, tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// TestWithVMDirFiles runs the one-session deploy command through a real
+// shell: the files land byte for byte, then the deploy runs with its
+// arguments and stdin.
+func TestWithVMDirFiles(t *testing.T) {
+	dir := t.TempDir()
+	vmDir := filepath.Join(dir, "datastores", "0", "42")
+	deploy := filepath.Join(dir, "deploy")
+	if err := os.WriteFile(deploy, []byte("#!/bin/sh\nprintf '%s|' \"$@\"\ncat\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := []vmDirFileData{{"vm.xml", []byte("<VM><ID>42</ID><T><![CDATA[it's $(x) `y` \"z\" \\ %s]]></T></VM>\n")}, {"ds.xml", []byte("")}}
+	argv := withVMDirFiles(vmDir, files, []string{deploy, vmDir + "/deployment.0", "node1", "42", "node1"})
+	// As ssh hands the joined words to the remote shell.
+	cmd := exec.Command("sh", "-c", shellJoin(argv))
+	cmd.Stdin = strings.NewReader("<domain/>")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if want := vmDir + "/deployment.0|node1|42|node1|<domain/>"; string(out) != want {
+		t.Fatalf("deploy saw %q, want %q", out, want)
+	}
+	for _, f := range files {
+		got, err := os.ReadFile(filepath.Join(vmDir, f.name))
+		if err != nil || string(got) != string(f.data) {
+			t.Fatalf("%s: %q %v, want %q", f.name, got, err, f.data)
+		}
+	}
+	if withVMDirFiles(vmDir, []vmDirFileData{{"vm.xml", bytes.Repeat([]byte("a"), maxInlineFiles+1)}}, []string{deploy}) != nil {
+		t.Fatal("a file over the bound was inlined")
 	}
 }

@@ -28,7 +28,8 @@ func FuzzDecodeBase64(f *testing.F) {
 
 func FuzzDriverArgs(f *testing.F) {
 	f.Add("/var/lib/one/vms/42/deployment.0\x00node1\x0042\x00node1")
-	f.Add("node1\x00node2\x00/var/lib/one//datastores/0/42\x0042\x000\x00ceph")
+	f.Add("one-42\x00node2\x00node1\x0042\x00node1")
+	f.Add("-t 15 -r 0 kvm --loc=save -pl x")
 	f.Add("ckpt\x00node1\x00one-42\x0042\x00node1")
 	f.Add("42\x00node1")
 	f.Fuzz(func(t *testing.T, s string) {
@@ -44,9 +45,9 @@ func FuzzDriverArgs(f *testing.F) {
 		check(err)
 		_, err = ParsePrestartArgs(args)
 		check(err)
-		for _, op := range []string{"premigrate", "postmigrate", "failmigrate"} {
-			_, err = ParseMigrateArgs(op, args)
-			check(err)
-		}
+		_, err = ParseVMMMigrateArgs(args)
+		check(err)
+		_, err = ParseDriverArgs(s)
+		check(err)
 	})
 }

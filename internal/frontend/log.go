@@ -8,9 +8,12 @@ import (
 )
 
 // Log writes OpenNebula driver log lines on stderr: "INFO: <vmid> rbdfence:
-// msg" and "ERROR: <vmid> rbdfence: msg". oned 7.x files a line that starts
-// with "INFO: <vmid>" into that VM's log; older versions log it in the
-// driver log. Messages are flattened to one line.
+// msg" and "ERROR: <vmid> rbdfence: msg". The 7.x driver files such a line
+// in that VM's log (DriverExecHelper.rb:175-196 of release-7.4.0); the 6.x
+// driver drops the stderr of a successful action and puts all of a failed
+// one's stderr in the VM log and the ERROR text (CommandManager.rb:76-79,
+// 97-101 of release-6.10.5). The user-template event is the record on
+// both. Messages are flattened to one line.
 type Log struct {
 	mu sync.Mutex
 	w  io.Writer

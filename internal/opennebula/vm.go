@@ -263,8 +263,11 @@ func diskFromAttr(vmID int, a attr, vmTMMadSystem string) (vmdisk.Disk, string, 
 		Name:      name,
 		Monitors:  mons,
 		User:      strings.TrimPrefix(strings.TrimSpace(get("CEPH_USER")), "client."),
-		Keyring:   strings.TrimSpace(get("CEPH_KEY")),
-		Conf:      strings.TrimSpace(get("CEPH_CONF")),
+		// CEPH_KEY names a key file (OpenNebula passes it to `rbd
+		// --keyfile`, src/tm_mad/ceph/clone:109 of release-7.4.0); the
+		// Ceph adapter also takes a keyring there (ceph.KeySource).
+		Keyring: strings.TrimSpace(get("CEPH_KEY")),
+		Conf:    strings.TrimSpace(get("CEPH_CONF")),
 		// The driver writes <shareable/> only for "YES"; we never fence a
 		// disk marked shareable in any case.
 		Shareable: strings.EqualFold(strings.TrimSpace(get("SHAREABLE")), "YES"),

@@ -191,6 +191,6 @@ func Markdown() string {
 	for _, k := range All() {
 		fmt.Fprintf(&b, "| %d | %s |\n", k.Code(), k.Meaning())
 	}
-	b.WriteString("| other | the wrapped action's own code (drivers: remote deploy/restore, original TM script) |\n")
+	b.WriteString("| other | the wrapped action's own code (drivers: remote deploy, restore, migrate, attach_disk) |\n")
 	return b.String()
 }

@@ -330,7 +330,16 @@ wait_for() {
 start_daemon() {
 	local name=$1
 	shift
-	(exec setsid "$@" -f </dev/null >>"$LOGD/$name.out" 2>&1) 9>&- &
+	# Every other inherited descriptor is closed too: a daemon that kept
+	# the caller's flock(1) descriptor (e.g. /tmp/rbdfence-shared.lock as
+	# fd 3) would hold that lock for as long as the cluster runs.
+	(
+		for fd in /proc/self/fd/*; do
+			fd=${fd##*/}
+			[[ $fd -gt 2 && $fd != 255 ]] && eval "exec $fd>&-" 2>/dev/null
+		done
+		exec setsid "$@" -f </dev/null >>"$LOGD/$name.out" 2>&1
+	) 9>&- &
 	local pid=$!
 	echo "$pid" >"$RUN/$name.pid"
 	STARTED="$STARTED $name"

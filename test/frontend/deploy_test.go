@@ -82,10 +82,11 @@ func TestDeployEndToEnd(t *testing.T) {
 	if where := readFile(t, calls[0]+".where"); !strings.Contains(where, " "+a.IP+"/") {
 		t.Errorf("remote deploy did not run on %s:\n%s", a, where)
 	}
-	// vm.xml and ds.xml went to the VM's directory on the host, as in a
-	// normal (remote) deploy.
+	// vm.xml and ds.xml went to the VM's directory on the host as XML, as
+	// in a normal (remote) deploy, although the driver wrote them base64
+	// next to the local deployment file.
 	for _, n := range []string{"vm.xml", "ds.xml"} {
-		if got, want := readFile(t, filepath.Join(sysDir, n)), readFile(t, filepath.Join(filepath.Dir(local), n)); got != want {
+		if got, want := readFile(t, filepath.Join(sysDir, n)), vmDirXML(vm, n); got != want {
 			t.Errorf("%s on the host %q, want %q", n, got, want)
 		}
 	}

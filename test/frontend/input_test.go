@@ -99,30 +99,26 @@ func TestBadInput(t *testing.T) {
 		}
 	})
 
-	// TM wrappers with bad input still run the original with what they got.
-	t.Run("tm wrappers", func(t *testing.T) {
+	// The migrate action refuses bad input with one plain line, before
+	// the real migration starts.
+	t.Run("migrate action", func(t *testing.T) {
 		for _, tc := range []struct {
-			op    string
 			stdin string
 			args  []string
-			code  int
 		}{
-			{"premigrate", "", nil, 2},
-			{"premigrate", "%%% not base64", []string{a.Name, "rbdf-b", "/d", fmt.Sprint(vm), "0"}, 2},
-			{"premigrate", b64("<VM><ID>1</ID>"), []string{a.Name, "rbdf-b", "/d", fmt.Sprint(vm), "0"}, 2},
-			{"postmigrate", "", []string{"only-one"}, 0},
-			{"failmigrate", "%%%", []string{a.Name, "rbdf-b", "/d", fmt.Sprint(vm), "0"}, 2},
+			{"", nil},
+			{"%%% not base64", []string{"one-1", "rbdf-b", a.Name, fmt.Sprint(vm), a.Name}},
+			{b64("<VM><ID>1</ID></VM>"), []string{"one-1", "rbdf-b", a.Name, fmt.Sprint(vm), a.Name}},
+			{b64("<VMM_DRIVER_ACTION_DATA><VM><ID>1</ID>"), []string{"one-1", "rbdf-b", a.Name, fmt.Sprint(vm), a.Name}},
+			{b64("<VMM_DRIVER_ACTION_DATA/>"), []string{"one-1", "-oProxyCommand=x", a.Name, fmt.Sprint(vm), a.Name}},
 		} {
-			r := f.tmRun(tc.op, tc.stdin, tc.args...)
-			if r.code != tc.code {
-				t.Errorf("%s %q: exit %d, want %d\n%s", tc.op, tc.args, r.code, tc.code, r.stderr)
+			r := f.run(f.vmm("migrate-rbdfence"), tc.stdin, tc.args...)
+			if r.code != 2 || len(r.plainLines()) != 1 {
+				t.Errorf("%q: exit %d, want 2 with one plain line\n%s", tc.args, r.code, r.stderr)
 			}
-			if tc.code != 0 && len(r.plainLines()) != 1 {
-				t.Errorf("%s %q: want one plain line:\n%s", tc.op, tc.args, r.stderr)
-			}
-			if tc.code == 0 && !strings.Contains(r.stderr, "ERROR: rbdfence: wrong number of arguments") {
-				t.Errorf("%s %q: the bad arguments must be logged:\n%s", tc.op, tc.args, r.stderr)
-			}
+		}
+		if n := len(f.calls("migrate")); n != 0 {
+			t.Fatalf("the remote migrate ran %d time(s) on bad input", n)
 		}
 	})
 }

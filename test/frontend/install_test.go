@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/test/onedsim"
+	"github.com/rbdfence/rbdfence/test/testenv"
 )
 
 // tree returns every path below root with its mode and content hash.
@@ -69,19 +71,48 @@ func frontendTree(t *testing.T, kvmArgs string, ops ...string) string {
 	return p
 }
 
-func kvmArguments(t *testing.T, prefix string) string {
+// vmMadArgs returns the ARGUMENTS of the VM_MAD named name in prefix's
+// oned.conf (the whole line, trimmed).
+func vmMadArgs(t *testing.T, prefix, name string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(prefix, "etc/one/oned.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	cur := ""
 	for _, l := range strings.Split(string(b), "\n") {
-		if strings.Contains(l, "ARGUMENTS") && strings.Contains(l, " kvm") && !strings.HasPrefix(l, "#") {
-			return strings.TrimSpace(l)
+		tl := strings.TrimSpace(l)
+		if strings.HasPrefix(tl, "#") {
+			continue
+		}
+		if v, ok := strings.CutPrefix(tl, "NAME"); ok {
+			cur = strings.Trim(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), "=")), `",`)
+		}
+		if strings.HasPrefix(tl, "ARGUMENTS") && cur == name {
+			return tl
 		}
 	}
-	t.Fatal("no kvm ARGUMENTS line")
+	t.Fatalf("no ARGUMENTS for VM_MAD %q", name)
 	return ""
+}
+
+func kvmArguments(t *testing.T, prefix string) string { return vmMadArgs(t, prefix, "kvm") }
+
+// driverRuns checks that the VM_MAD named name runs our actions as the
+// real VMM driver reads its ARGUMENTS (onedsim.ParseDriverArgs: GetoptLong,
+// the last -l wins, one_vmm_exec.rb:1555-1556 of release-7.4.0).
+func driverRuns(t *testing.T, prefix, name, migrate string) {
+	t.Helper()
+	line := vmMadArgs(t, prefix, name)
+	_, v, _ := strings.Cut(line, `"`)
+	v, _, _ = strings.Cut(v, `"`)
+	a, err := onedsim.ParseDriverArgs(v)
+	if err != nil {
+		t.Fatalf("VM_MAD %s: the driver would not start with %q: %v", name, v, err)
+	}
+	if a.Hypervisor != "kvm" || a.Local["DEPLOY"] != "deploy-rbdfence" || a.Local["RESTORE"] != "restore-rbdfence" || a.Local["MIGRATE"] != migrate {
+		t.Fatalf("VM_MAD %s: the driver reads %q as local actions %v, want ours (migrate=%s)", name, v, a.Local, migrate)
+	}
 }
 
 func mustInstall(t *testing.T, prefix string, args ...string) result {
@@ -93,6 +124,8 @@ func mustInstall(t *testing.T, prefix string, args ...string) result {
 	return r
 }
 
+const ours = "deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence"
+
 func TestInstallFrontend(t *testing.T) {
 	const stock = `"-t 15 -r 0 kvm -p"`
 	ops := []string{"premigrate", "postmigrate", "failmigrate"}
@@ -101,23 +134,24 @@ func TestInstallFrontend(t *testing.T) {
 		p := frontendTree(t, stock, ops...)
 		before := tree(t, p)
 		r := mustInstall(t, p)
-		if !strings.Contains(r.stdout, `+ ARGUMENTS      = "-t 15 -r 0 kvm -p -l deploy=deploy-rbdfence,restore=restore-rbdfence",`) ||
+		if !strings.Contains(r.stdout, `+ ARGUMENTS      = "-t 15 -r 0 kvm -p -l `+ours+`",`) ||
+			!strings.Contains(r.stdout, `+ ARGUMENTS      = "-t 15 -r 0 kvm -l `+ours+`",`) ||
 			!strings.Contains(r.stdout, "onehost sync --force") {
-			t.Fatalf("the VM_MAD change and onehost sync are not printed:\n%s", r.stdout)
+			t.Fatalf("the VM_MAD changes (kvm and qemu) and onehost sync are not printed:\n%s", r.stdout)
 		}
 		if got := kvmArguments(t, p); got != `ARGUMENTS      = "-t 15 -r 0 kvm -p",` {
 			t.Fatalf("oned.conf changed without --apply: %s", got)
 		}
 		remotes := filepath.Join(p, "var/lib/one/remotes")
-		for _, f := range []string{"vmm/kvm/deploy-rbdfence", "vmm/kvm/restore-rbdfence", "rbdfence/rbdfence-host", "rbdfence/prestart",
-			"tm/ceph/premigrate", "tm/ceph/postmigrate", "tm/ceph/failmigrate"} {
+		for _, f := range []string{"vmm/kvm/deploy-rbdfence", "vmm/kvm/restore-rbdfence", "vmm/kvm/migrate-rbdfence", "rbdfence/rbdfence-host", "rbdfence/prestart"} {
 			if st, err := os.Stat(filepath.Join(remotes, f)); err != nil || st.Mode().Perm() != 0o755 {
 				t.Fatalf("%s: %v", f, err)
 			}
 		}
+		// OpenNebula's own TM scripts are not touched.
 		for _, op := range ops {
-			if got := readFile(t, filepath.Join(remotes, "tm/ceph", op+".rbdfence-orig")); !strings.Contains(got, "# upstream "+op) {
-				t.Fatalf("original %s not kept: %q", op, got)
+			if got := readFile(t, filepath.Join(remotes, "tm/ceph", op)); !strings.Contains(got, "# upstream "+op) {
+				t.Fatalf("tm/ceph/%s was replaced: %q", op, got)
 			}
 		}
 		// The default config is valid.
@@ -136,13 +170,11 @@ func TestInstallFrontend(t *testing.T) {
 			t.Fatalf("a second install changed the tree:\n%s\n---\n%s", installed, again)
 		}
 		mustInstall(t, p, "--apply")
-		want := `ARGUMENTS      = "-t 15 -r 0 kvm -p -l deploy=deploy-rbdfence,restore=restore-rbdfence",`
-		if got := kvmArguments(t, p); got != want {
-			t.Fatalf("after --apply: %s", got)
-		}
+		driverRuns(t, p, "kvm", "migrate-rbdfence")
+		driverRuns(t, p, "qemu", "migrate-rbdfence")
 		applied := tree(t, p)
 		r = mustInstall(t, p, "--apply")
-		if tree(t, p) != applied || !strings.Contains(r.stderr, "already runs the rbdfence local actions") {
+		if tree(t, p) != applied || !strings.Contains(r.stderr, "already runs the rbdfence local actions (kvm,qemu)") {
 			t.Fatalf("a second --apply changed something:\n%s", r.stderr)
 		}
 		mustInstall(t, p, "--uninstall")
@@ -155,20 +187,60 @@ func TestInstallFrontend(t *testing.T) {
 		}
 	})
 
-	t.Run("existing -l list is kept", func(t *testing.T) {
-		p := frontendTree(t, `"-t 15 -r 0 kvm -l migrate=migrate_local,save=save_ceph -p"`, ops...)
-		before := tree(t, p)
+	// ARGUMENTS as the real driver reads them: whatever the form, after
+	// --apply the driver (onedsim's GetoptLong reading) runs our actions,
+	// and --uninstall gives the tree back byte for byte.
+	for _, tc := range []struct {
+		name, args, want, migrate string
+	}{
+		{"existing -l list is kept", `"-t 15 -r 0 kvm -l migrate_x=y,save=save_ceph -p"`,
+			`ARGUMENTS      = "-t 15 -r 0 kvm -l migrate_x=y,save=save_ceph,` + ours + ` -p",`, "migrate-rbdfence"},
+		{"last -l wins", `"-t 15 -r 0 kvm -l save -p -l poll=poll_x"`,
+			`ARGUMENTS      = "-t 15 -r 0 kvm -l save -p -l poll=poll_x,` + ours + `",`, "migrate-rbdfence"},
+		{"abbreviated --loc", `"-t 15 -r 0 kvm --loc save"`, `ARGUMENTS      = "-t 15 -r 0 kvm --loc save,` + ours + `",`, "migrate-rbdfence"},
+		{"--local=", `"-t 15 -r 0 kvm --local=save"`, `ARGUMENTS      = "-t 15 -r 0 kvm --local=save,` + ours + `",`, "migrate-rbdfence"},
+		{"admin's migrate_local is wrapped", `"-t 15 -r 0 kvm -l migrate=migrate_local"`,
+			`ARGUMENTS      = "-t 15 -r 0 kvm -l migrate=migrate_local-rbdfence,deploy=deploy-rbdfence,restore=restore-rbdfence",`, "migrate_local-rbdfence"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := frontendTree(t, tc.args, ops...)
+			if err := os.WriteFile(filepath.Join(p, "var/lib/one/remotes/vmm/kvm/migrate_local"), []byte("#!/bin/bash\n# upstream migrate_local\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			before := tree(t, p)
+			mustInstall(t, p, "--apply")
+			if got := kvmArguments(t, p); got != tc.want {
+				t.Fatalf("got  %s\nwant %s", got, tc.want)
+			}
+			driverRuns(t, p, "kvm", tc.migrate)
+			driverRuns(t, p, "qemu", "migrate-rbdfence")
+			if tc.migrate != "migrate-rbdfence" {
+				if _, err := os.Stat(filepath.Join(p, "var/lib/one/remotes/vmm/kvm", tc.migrate)); err != nil {
+					t.Fatalf("the wrapper %s is not installed: %v", tc.migrate, err)
+				}
+			}
+			if lxc := readFile(t, filepath.Join(p, "etc/one/oned.conf")); !strings.Contains(lxc, `"-t 15 -r 0 lxc -l deploy=deploy_lxc"`) {
+				t.Fatal("another VM_MAD was changed")
+			}
+			mustInstall(t, p, "--uninstall")
+			if tree(t, p) != before {
+				t.Fatal("uninstall did not restore the tree")
+			}
+		})
+	}
+
+	t.Run("oned.conf edited since: only our actions removed", func(t *testing.T) {
+		p := frontendTree(t, stock, ops...)
 		mustInstall(t, p, "--apply")
-		want := `ARGUMENTS      = "-t 15 -r 0 kvm -l migrate=migrate_local,save=save_ceph,deploy=deploy-rbdfence,restore=restore-rbdfence -p",`
-		if got := kvmArguments(t, p); got != want {
-			t.Fatalf("got  %s\nwant %s", got, want)
-		}
-		if lxc := readFile(t, filepath.Join(p, "etc/one/oned.conf")); !strings.Contains(lxc, `"-t 15 -r 0 lxc -l deploy=deploy_lxc"`) {
-			t.Fatal("another VM_MAD was changed")
+		conf := filepath.Join(p, "etc/one/oned.conf")
+		edited := strings.Replace(readFile(t, conf), "DATASTORE_LOCATION = /var/lib/one/datastores", "DATASTORE_LOCATION = /srv/one", 1)
+		if err := os.WriteFile(conf, []byte(edited), 0o640); err != nil {
+			t.Fatal(err)
 		}
 		mustInstall(t, p, "--uninstall")
-		if tree(t, p) != before {
-			t.Fatal("uninstall did not restore the tree")
+		want := strings.Replace(onedConf(stock), "DATASTORE_LOCATION = /var/lib/one/datastores", "DATASTORE_LOCATION = /srv/one", 1)
+		if got := readFile(t, conf); got != want {
+			t.Fatalf("after uninstall:\n%s\nwant\n%s", got, want)
 		}
 	})
 
@@ -176,14 +248,14 @@ func TestInstallFrontend(t *testing.T) {
 		p := frontendTree(t, `"-t 15 -r 0 kvm -l deploy=deploy-tweaks"`, ops...)
 		before := tree(t, p)
 		r := runInstall(t, p, "--apply")
-		if r.code == 0 || !strings.Contains(r.stderr, "deploy=deploy-tweaks") {
+		if r.code == 0 || !strings.Contains(r.stderr, "deploy=deploy-tweaks") || !strings.Contains(r.stderr, `VM_MAD "kvm"`) {
 			t.Fatalf("--apply over deploy-tweaks: exit %d\n%s", r.code, r.stderr)
 		}
 		if tree(t, p) != before {
 			t.Fatal("a refused --apply changed the tree")
 		}
 		r = mustInstall(t, p)
-		if !strings.Contains(r.stdout, "oned.conf was not changed") || !strings.Contains(r.stdout, "deploy-tweaks") {
+		if !strings.Contains(r.stdout, "NO rbdfence protection") || !strings.Contains(r.stdout, "deploy-tweaks") {
 			t.Fatalf("no explanation:\n%s", r.stdout)
 		}
 		mustInstall(t, p, "--uninstall")
@@ -192,37 +264,55 @@ func TestInstallFrontend(t *testing.T) {
 		}
 	})
 
-	t.Run("no upstream failmigrate: a no-op original", func(t *testing.T) {
-		p := frontendTree(t, stock, "premigrate", "postmigrate")
-		before := tree(t, p)
-		mustInstall(t, p)
-		orig := filepath.Join(p, "var/lib/one/remotes/tm/ceph/failmigrate.rbdfence-orig")
-		if out, err := exec.Command(orig).CombinedOutput(); err != nil {
-			t.Fatalf("stub original: %v %s", err, out)
+	t.Run("an earlier install's TM wrappers are taken out", func(t *testing.T) {
+		p := frontendTree(t, stock, ops...)
+		tm := filepath.Join(p, "var/lib/one/remotes/tm/ceph")
+		// As an earlier rbdfence left them: originals kept aside, our
+		// binary in their place, one stub original it made itself.
+		bin := testenv.Bin(t, "deploy-rbdfence")
+		for _, op := range []string{"premigrate", "postmigrate"} {
+			if err := os.Rename(filepath.Join(tm, op), filepath.Join(tm, op+".rbdfence-orig")); err != nil {
+				t.Fatal(err)
+			}
+			if err := exec.Command("cp", bin, filepath.Join(tm, op)).Run(); err != nil {
+				t.Fatal(err)
+			}
 		}
-		mustInstall(t, p, "--uninstall")
-		if tree(t, p) != before {
-			t.Fatal("uninstall did not restore the tree")
+		mustInstall(t, p)
+		for _, op := range []string{"premigrate", "postmigrate"} {
+			if got := readFile(t, filepath.Join(tm, op)); !strings.Contains(got, "# upstream "+op) {
+				t.Fatalf("tm/ceph/%s is not OpenNebula's again: %.40q", op, got)
+			}
+			if _, err := os.Stat(filepath.Join(tm, op+".rbdfence-orig")); err == nil {
+				t.Fatalf("%s.rbdfence-orig left behind", op)
+			}
 		}
 	})
 
-	t.Run("upgrade replaced a wrapper", func(t *testing.T) {
+	t.Run("over an earlier install's one-line state: uninstall is byte-exact", func(t *testing.T) {
 		p := frontendTree(t, stock, ops...)
-		mustInstall(t, p)
-		pre := filepath.Join(p, "var/lib/one/remotes/tm/ceph/premigrate")
-		if err := os.WriteFile(pre, []byte("#!/bin/bash\n# upstream premigrate, new version\n"), 0o755); err != nil {
+		pristine := readFile(t, filepath.Join(p, "etc/one/oned.conf"))
+		// What an earlier rbdfence left: one ARGUMENTS line changed, its
+		// old and new text kept in the state directory.
+		const oldLine = `    ARGUMENTS      = "-t 15 -r 0 kvm -p",`
+		const newLine = `    ARGUMENTS      = "-t 15 -r 0 kvm -p -l deploy=deploy-rbdfence,restore=restore-rbdfence",`
+		state := filepath.Join(p, "var/lib/rbdfence/install-frontend")
+		if err := os.MkdirAll(state, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		r := mustInstall(t, p)
-		if !strings.Contains(r.stderr, "replaced by a new upstream script") {
-			t.Fatalf("no notice:\n%s", r.stderr)
+		for name, body := range map[string]string{"oned.line.orig": oldLine + "\n", "oned.line.new": newLine + "\n", "created": ""} {
+			if err := os.WriteFile(filepath.Join(state, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if got := readFile(t, pre+".rbdfence-orig"); !strings.Contains(got, "new version") {
-			t.Fatalf("the new upstream script is not the original: %q", got)
+		if err := os.WriteFile(filepath.Join(p, "etc/one/oned.conf"), []byte(strings.Replace(pristine, oldLine, newLine, 1)), 0o640); err != nil {
+			t.Fatal(err)
 		}
+		mustInstall(t, p, "--apply")
+		driverRuns(t, p, "kvm", "migrate-rbdfence")
 		mustInstall(t, p, "--uninstall")
-		if got := readFile(t, pre); !strings.Contains(got, "new version") {
-			t.Fatalf("uninstall did not put the new upstream script back: %q", got)
+		if got := readFile(t, filepath.Join(p, "etc/one/oned.conf")); got != pristine {
+			t.Fatalf("after uninstall:\n%s\nwant\n%s", got, pristine)
 		}
 	})
 

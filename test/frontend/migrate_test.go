@@ -1,12 +1,15 @@
 package frontend_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/test/onedsim"
 	"github.com/rbdfence/rbdfence/test/testenv"
 )
@@ -26,71 +29,123 @@ func (f *fe) migrating(vm, seq int, src, dst string, specs []diskSpec) {
 	}
 }
 
-// tmRun runs an installed TM wrapper as oned does and checks that the
-// original ran once more, as the wrapper ($0), with the same args and stdin.
-func (f *fe) tmRun(op string, stdin string, args ...string) result {
-	f.t.Helper()
-	before := len(f.tmCalls(op))
-	r := f.run(f.tm(op), stdin, args...)
-	f.t.Logf("%s took %s:\n%s", op, r.took, r.stderr)
-	calls := f.tmCalls(op)
-	if len(calls) != before+1 {
-		f.t.Fatalf("%s: the original ran %d time(s), want 1\n%s", op, len(calls)-before, r.stderr)
-	}
-	last := calls[len(calls)-1]
-	if got := strings.TrimSpace(readFile(f.t, last+".argv0")); got != f.tm(op) {
-		f.t.Errorf("%s: original saw $0 %q, want the wrapper's path %q", op, got, f.tm(op))
-	}
-	if got := strings.TrimSpace(readFile(f.t, last+".self")); got != "ceph/"+op {
-		f.t.Errorf("%s: original finds itself as %q (migrate_other would call tm/<TM>/%s)", op, got, filepath.Base(got))
-	}
-	if got, want := readFile(f.t, last+".args"), strings.Join(args, "\n")+"\n"; got != want {
-		f.t.Errorf("%s: original args %q, want %q", op, got, want)
-	}
-	if got := readFile(f.t, last+".stdin"); got != stdin {
-		f.t.Errorf("%s: original stdin differs (%d bytes, want %d)", op, len(got), len(stdin))
-	}
-	if !strings.Contains(r.stdout, "upstream "+op+" done") {
-		f.t.Errorf("%s: the original's stdout was not relayed: %q", op, r.stdout)
-	}
-	return r
+// migrateRun runs a live migration of vm as OpenNebula's VMM driver runs
+// it (onedsim.LiveMigration: one_vmm_exec.rb:598-673 of release-7.4.0)
+// with a ceph system datastore: the TM's premigrate, the VMM migrate step
+// as the installed VM_MAD ARGUMENTS make the driver run it (our local
+// action), failmigrate or postmigrate. It returns the VMM step's run and
+// the driver action XML.
+func (f *fe) migrateRun(vm int, src, dst string) (result, string) {
+	return f.migrateUnder("ceph", vm, src, dst)
 }
 
-// TestFailedMigration: premigrate opens the window while the source keeps
-// writing; the migration "fails" but left a copy writing on the
-// destination; failmigrate fences that copy and keeps the source.
+// migrateUnder is migrateRun with the system datastore's TM sysTM (the
+// disks' TM is ceph): with "shared" the TM scripts of ceph run only through
+// migrate_other, whose status is ignored, and failmigrate is
+// tm/common/failmigrate (exit 0).
+func (f *fe) migrateUnder(sysTM string, vm int, src, dst string) (result, string) {
+	f.t.Helper()
+	doc, ok := f.sim.VMXML(vm)
+	if !ok {
+		f.t.Fatalf("VM %d not in oned", vm)
+	}
+	xml := fmt.Sprintf("<VMM_DRIVER_ACTION_DATA><HOST>%s</HOST><MIGR_HOST>%s</MIGR_HOST><DEPLOY_ID>one-%d</DEPLOY_ID>%s</VMM_DRIVER_ACTION_DATA>", src, dst, vm, doc)
+	line := kvmArguments(f.t, f.prefix)
+	_, v, _ := strings.Cut(line, `"`)
+	v, _, _ = strings.Cut(v, `"`)
+	da, err := onedsim.ParseDriverArgs(v)
+	if err != nil {
+		f.t.Fatalf("the driver would not start with %q: %v", v, err)
+	}
+	var vmmRun result
+	m := onedsim.LiveMigration{SystemTM: sysTM, DiskTMs: []string{"ceph"}, Local: da.Local, Run: func(s onedsim.MigrationStep) int {
+		switch s.Kind {
+		case "tm":
+			r := f.run(filepath.Join(f.remotes, "tm", s.Script), s.Stdin, s.Args...)
+			return r.code
+		case "vmm-local":
+			vmmRun = f.run(f.vmm(s.Script), s.Stdin, s.Args...)
+			return vmmRun.code
+		}
+		// The driver's own remote migrate over ssh (no rbdfence).
+		h := f.hs.A
+		if src == f.hs.B.Name {
+			h = f.hs.B
+		}
+		_, _, code := f.hs.SSH(f.t, h, s.Stdin, append([]string{filepath.Join(f.path("hostremotes"), "vmm/kvm", s.Script)}, s.Args...)...)
+		return code
+	}}
+	_, trace := m.Migrate(vm, fmt.Sprintf("one-%d", vm), src, dst, fmt.Sprintf("/var/lib/one//datastores/0/%d", vm), 0, doc, xml)
+	var steps []string
+	for _, s := range trace {
+		steps = append(steps, s.Kind+" "+s.Script)
+	}
+	f.t.Logf("migration under a %s system datastore: %s; migrate-rbdfence took %s:\n%s", sysTM, strings.Join(steps, ", "), vmmRun.took, vmmRun.stderr)
+	if strings.Contains(vmmRun.stderr, fmt.Sprintf("VM %d: VM %d:", vm, vm)) {
+		f.t.Errorf("doubled prefix:\n%s", vmmRun.stderr)
+	}
+	return vmmRun, xml
+}
+
+// checkMigrateCall checks the one remote migrate call: on the source, with
+// the driver's arguments and the XML on stdin; it returns the claim as it
+// was during the migration.
+func (f *fe) checkMigrateCall(vm int, src testenv.Host, dst, xml string) engine.Claim {
+	f.t.Helper()
+	calls := f.calls("migrate")
+	if len(calls) != 1 {
+		f.t.Fatalf("the remote migrate ran %d times, want 1", len(calls))
+	}
+	want := strings.Join([]string{fmt.Sprintf("one-%d", vm), dst, src.Name, fmt.Sprint(vm), src.Name}, "\n") + "\n"
+	if got := readFile(f.t, calls[0]+".args"); got != want {
+		f.t.Errorf("remote migrate args %q, want %q", got, want)
+	}
+	if got := readFile(f.t, calls[0]+".stdin"); got != xml {
+		f.t.Errorf("remote migrate stdin is not the driver action XML: %.120q", got)
+	}
+	if where := readFile(f.t, calls[0]+".where"); !strings.Contains(where, " "+src.IP+"/") {
+		f.t.Errorf("remote migrate did not run on the source %s", src.Name)
+	}
+	var c engine.Claim
+	if err := json.Unmarshal([]byte(readFile(f.t, calls[0]+".claim")), &c); err != nil {
+		f.t.Fatalf("claim during the migration: %v (%s)", err, readFile(f.t, calls[0]+".err"))
+	}
+	return c
+}
+
+// TestFailedMigration: the migrate action opens the window (the claim
+// shows it while the real migration runs), the migration fails and left a
+// copy writing on the destination; the action fences that copy, keeps the
+// source, closes the window and exits with the migration's own code.
 func TestFailedMigration(t *testing.T) {
 	f := setup(t)
+	for _, sysTM := range []string{"ceph", "shared"} {
+		t.Run(sysTM+" system datastore", func(t *testing.T) { f.t = t; failedMigration(t, f, sysTM) })
+	}
+}
+
+func failedMigration(t *testing.T, f *fe, sysTM string) {
 	a, b := f.hs.A, f.hs.B
+	_ = os.RemoveAll(f.path("remote-calls"))
 	vm, specs := f.newVM(a.Name, 1, "persistent", "volatile")
 	if r := f.deployVM(vm, 1, a.Name, specs); r.code != 0 {
 		t.Fatalf("deploy on %s: exit %d\n%s", a, r.code, r.stderr)
 	}
 	src := testenv.StartZombieOn(t, f.ceph, a, specs[0].image, "write")
 	src.WaitWrite(t, true, 30*time.Second)
-
 	f.migrating(vm, 1, a.Name, b.Name, specs)
-	args := []string{a.Name, b.Name, fmt.Sprintf("/var/lib/one//datastores/0/%d", vm), fmt.Sprint(vm), "0"}
-	stdin := f.vmXML64(vm)
-	r := f.tmRun("premigrate", stdin, args...)
-	if r.code != 0 {
-		t.Fatalf("premigrate: exit %d\n%s", r.code, r.stderr)
-	}
-	if c := f.claim(vm); c.Window == nil || c.Window.Src != a.Name || c.Window.Dst != b.Name {
-		t.Fatalf("no handover window after premigrate: %+v", c)
-	}
-
-	// No front-end start runs during a live migration: a prestart on the
-	// destination now would be a new deploy and fence the source (issue 11
-	// item 2, enginetest lifecycle NewerDeployOnDestinationFencesSource).
 
 	// The "failed" migration left a copy writing on the destination.
 	dst := testenv.StartZombieOn(t, f.ceph, b, specs[0].image, "write")
 	dst.WaitWrite(t, true, 30*time.Second)
+	f.write(f.path("remote-calls", "migrate.fail"), "", 0o644)
 
-	r = f.tmRun("failmigrate", stdin, args...)
-	if r.code != 0 {
-		t.Fatalf("failmigrate: exit %d\n%s", r.code, r.stderr)
+	r, xml := f.migrateUnder(sysTM, vm, a.Name, b.Name)
+	if r.code != 1 || !strings.Contains(r.stderr, "Could not migrate") {
+		t.Fatalf("migrate-rbdfence: exit %d, want the migration's 1 with its message\n%s", r.code, r.stderr)
+	}
+	if w := f.checkMigrateCall(vm, a, b.Name, xml).Window; w == nil || w.Src != a.Name || w.Dst != b.Name {
+		t.Fatalf("no handover window %s -> %s while the migration ran: %+v", a.Name, b.Name, w)
 	}
 	if ev := dst.WaitWrite(t, false, 30*time.Second); ev.Errno != 108 {
 		t.Fatalf("the destination's copy: errno %d, want 108", ev.Errno)
@@ -100,12 +155,12 @@ func TestFailedMigration(t *testing.T) {
 		t.Fatalf("destination client %s not blocklisted", dst.Addr)
 	}
 	if _, ok := bl[src.Addr]; ok {
-		t.Fatal("failmigrate blocklisted the source")
+		t.Fatal("the failed migration's fence blocklisted the source")
 	}
 	src.WaitWrite(t, true, 30*time.Second)
 	c := f.claim(vm)
 	if c.Host != a.Name || c.Window != nil {
-		t.Fatalf("claim after failmigrate: %+v", c)
+		t.Fatalf("claim after the failed migration: %+v", c)
 	}
 	ut, _ := f.sim.UserTemplate(vm)
 	if text := ut.String(); !strings.Contains(text, dst.Addr) || !strings.Contains(text, `SOURCE="failmigrate"`) || strings.Contains(text, src.Addr) {
@@ -114,58 +169,55 @@ func TestFailedMigration(t *testing.T) {
 }
 
 // TestMigrationDone: after a successful migration the old source still
-// holds the lock (it did not die); postmigrate, run on the destination,
-// fences that lock owner, keeps the destination's client and records it.
+// holds the lock (it did not die); the action fences that lock owner,
+// keeps the destination's client, records it and closes the window.
 func TestMigrationDone(t *testing.T) {
 	f := setup(t)
+	for _, sysTM := range []string{"ceph", "shared"} {
+		t.Run(sysTM+" system datastore", func(t *testing.T) { f.t = t; migrationDone(t, f, sysTM) })
+	}
+}
+
+func migrationDone(t *testing.T, f *fe, sysTM string) {
 	a, b := f.hs.A, f.hs.B
+	_ = os.RemoveAll(f.path("remote-calls"))
 	vm, specs := f.newVM(a.Name, 4, "clone")
 	old := testenv.StartZombieOn(t, f.ceph, a, specs[0].image, "write")
 	old.WaitWrite(t, true, 30*time.Second)
 	f.migrating(vm, 4, a.Name, b.Name, specs)
-	args := []string{a.Name, b.Name, fmt.Sprintf("/var/lib/one//datastores/0/%d", vm), fmt.Sprint(vm), "0"}
-	stdin := f.vmXML64(vm)
-	if r := f.tmRun("premigrate", stdin, args...); r.code != 0 {
-		t.Fatalf("premigrate: exit %d\n%s", r.code, r.stderr)
-	}
 	moved := testenv.StartZombieOn(t, f.ceph, b, specs[0].image, "idle")
-	r := f.tmRun("postmigrate", stdin, args...)
+	r, xml := f.migrateUnder(sysTM, vm, a.Name, b.Name)
 	if r.code != 0 {
-		t.Fatalf("postmigrate: exit %d\n%s", r.code, r.stderr)
+		t.Fatalf("migrate-rbdfence: exit %d\n%s", r.code, r.stderr)
+	}
+	if w := f.checkMigrateCall(vm, a, b.Name, xml).Window; w == nil {
+		t.Fatal("no handover window while the migration ran")
 	}
 	if ev := old.WaitWrite(t, false, 30*time.Second); ev.Errno != 108 {
 		t.Fatalf("old source lock owner: errno %d, want 108", ev.Errno)
 	}
 	if _, ok := f.ceph.BlocklistEntries(t)[moved.Addr]; ok {
-		t.Fatal("postmigrate blocklisted the destination's client")
+		t.Fatal("the migration's end blocklisted the destination's client")
 	}
 	c := f.claim(vm)
 	if c.Host != b.Name || c.Window != nil || len(c.Addrs) != 1 || c.Addrs[0].String() != moved.Addr {
-		t.Fatalf("claim after postmigrate: %+v (want host %s, addrs [%s])", c, b.Name, moved.Addr)
+		t.Fatalf("claim after the migration: %+v (want host %s, addrs [%s])", c, b.Name, moved.Addr)
 	}
 }
 
 // TestPremigrateFailureAbortsMigration: when the window cannot be opened
-// (Ceph unreachable from the source), premigrate exits non-zero after the
-// original ran, so that oned aborts the migration.
+// (Ceph unreachable from the source) the action fails with one plain line
+// before the real migration starts, so the VM keeps running on the source.
 func TestPremigrateFailureAbortsMigration(t *testing.T) {
 	f := setup(t)
 	a, b := f.hs.A, f.hs.B
-	vm, specs := f.vmWithCeph(a.Name, f.hs.BridgeIP+":6999", f.ceph.Keyring)
+	vm, specs := f.vmWithCeph(a.Name, f.hs.BridgeIP+":6999", f.keyFile())
 	f.migrating(vm, 0, a.Name, b.Name, specs)
-	r := f.tmRun("premigrate", f.vmXML64(vm), a.Name, b.Name, "/var/lib/one//datastores/0/x", fmt.Sprint(vm), "0")
-	if r.code != 3 || len(r.plainLines()) != 1 || !strings.Contains(r.plainLines()[0], "premigrate") {
+	r, _ := f.migrateRun(vm, a.Name, b.Name)
+	if r.code != 3 || len(r.plainLines()) != 1 || !strings.Contains(r.plainLines()[0], "the migration was not started") {
 		t.Fatalf("exit %d, want 3 with one plain line:\n%s", r.code, r.stderr)
 	}
-	// postmigrate never turns a done migration into a failed one.
-	r = f.tmRun("postmigrate", f.vmXML64(vm), a.Name, b.Name, "/var/lib/one//datastores/0/x", fmt.Sprint(vm), "0")
-	if r.code != 0 || !strings.Contains(r.stderr, "ERROR: "+fmt.Sprint(vm)+" rbdfence:") {
-		t.Fatalf("postmigrate: exit %d, want 0 with an ERROR line:\n%s", r.code, r.stderr)
-	}
-	// The original's own failure code is kept.
-	f.write(f.path("tm-calls", "postmigrate.code"), "9", 0o644)
-	r = f.tmRun("postmigrate", f.vmXML64(vm), a.Name, a.Name, "/var/lib/one//datastores/0/x", fmt.Sprint(vm), "0")
-	if r.code != 9 {
-		t.Fatalf("postmigrate with a failing original: exit %d, want 9", r.code)
+	if n := len(f.calls("migrate")); n != 0 {
+		t.Fatalf("the remote migrate ran %d time(s) without a window", n)
 	}
 }

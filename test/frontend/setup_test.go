@@ -10,7 +10,6 @@ package frontend_test
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -158,6 +157,20 @@ printf '%%s\n' "$@" > %[1]s/restore-$n.args
 cat > %[1]s/restore-$n.stdin
 ip -4 -o addr show > %[1]s/restore-$n.where
 `, rec), 0o755)
+	// The real vmm/kvm/migrate runs on the source with the driver action
+	// XML on stdin (src/vmm_mad/remotes/kvm/migrate:281-286 of
+	// release-7.4.0). The stand-in records its call, reads the VM's claim
+	// as it is during the migration, and fails when migrate.fail exists.
+	f.write(f.path("hostremotes/vmm/kvm/migrate"), fmt.Sprintf(`#!/bin/bash
+n=$(date +%%s%%N)
+mkdir -p %[1]s
+printf '%%s\n' "$@" > %[1]s/migrate-$n.args
+cat > %[1]s/migrate-$n.stdin
+ip -4 -o addr show > %[1]s/migrate-$n.where
+rados -c %[2]s --id %[3]s --keyring %[4]s -p one get %[5]s$4 %[1]s/migrate-$n.claim 2>%[1]s/migrate-$n.err
+if [ -f %[1]s/migrate.fail ]; then echo "Could not migrate $1 to $2" >&2; exit 1; fi
+exit 0
+`, rec, f.ceph.Conf, f.ceph.User, f.ceph.Keyring, strings.TrimSuffix(engine.ClaimObject(0), "0")), 0o755)
 	f.t.Cleanup(func() {
 		b, _ := os.ReadFile(filepath.Join(rec, "qemu.pids"))
 		for _, p := range strings.Fields(string(b)) {
@@ -251,7 +264,6 @@ func (f *fe) run(prog string, stdin string, args ...string) result {
 }
 
 func (f *fe) vmm(name string) string { return filepath.Join(f.remotes, "vmm/kvm", name) }
-func (f *fe) tm(name string) string  { return filepath.Join(f.remotes, "tm/ceph", name) }
 
 // diskSpec is one DISK of a test VM and the image it opens.
 type diskSpec struct {
@@ -267,7 +279,7 @@ func (f *fe) newVM(host string, seq int, kinds ...string) (int, []diskSpec) {
 	vm := newVMID()
 	var specs []diskSpec
 	for i, k := range kinds {
-		d := onedsim.Disk{ID: i, ImageID: vm*10 + i, CephHost: f.ceph.Mon, CephKey: f.ceph.Keyring}
+		d := onedsim.Disk{ID: i, ImageID: vm*10 + i, CephHost: f.ceph.Mon, CephKey: f.keyFile()}
 		var img string
 		switch k {
 		case "persistent":
@@ -302,6 +314,24 @@ func (f *fe) newVM(host string, seq int, kinds ...string) (int, []diskSpec) {
 	return vm, specs
 }
 
+// keyFile returns a bare key file for the test user, as OpenNebula's
+// CEPH_KEY is: the output of `ceph auth get-key`, passed to `rbd --keyfile`
+// by every Ceph script (src/tm_mad/ceph/clone:109,
+// src/datastore_mad/remotes/ceph/cp:101 of release-7.4.0). Not a keyring.
+func (f *fe) keyFile() string {
+	f.t.Helper()
+	p := f.path("ceph.client." + f.ceph.User + ".key")
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	key := strings.TrimSpace(f.ceph.Admin(f.t, "ceph", "auth", "get-key", "client."+f.ceph.User))
+	if key == "" || strings.ContainsAny(key, "[ \t\n") {
+		f.t.Fatalf("ceph auth get-key printed %q", key)
+	}
+	f.write(p, key+"\n", 0o600)
+	return p
+}
+
 func (f *fe) createImage(spec string) {
 	f.t.Helper()
 	f.ceph.Admin(f.t, "rbd", "create", spec, "--size", "64M")
@@ -310,16 +340,6 @@ func (f *fe) createImage(spec string) {
 		defer cancel()
 		_ = exec.CommandContext(ctx, "rbd", "-c", f.ceph.AdminConf, "rm", "--no-progress", spec).Run()
 	})
-}
-
-// vmXML64 is the VM document oned hands TM scripts: base64 of one.vm.info.
-func (f *fe) vmXML64(vm int) string {
-	f.t.Helper()
-	doc, ok := f.sim.VMXML(vm)
-	if !ok {
-		f.t.Fatalf("VM %d not in oned", vm)
-	}
-	return base64.StdEncoding.EncodeToString([]byte(doc))
 }
 
 // domainXML is a deployment file as OpenNebula's KVM driver writes it.
@@ -341,31 +361,32 @@ func domainXML(vm int, sysDir string, specs []diskSpec, mon string) string {
 }
 
 // deployFiles writes the local deployment file (and vm.xml, ds.xml next to
-// it, as oned does for a local deploy action) and returns its path and the
-// domain XML.
+// it, base64 as the real driver writes them for a local deploy action:
+// onedsim.WriteLocalDeployFiles) and returns its path and the domain XML.
 func (f *fe) deployFiles(vm, seq int, specs []diskSpec) (local, sysDir, domain string) {
 	f.t.Helper()
 	sysDir = f.path("datastores", "0", fmt.Sprint(vm))
 	domain = domainXML(vm, sysDir, specs, f.ceph.Mon)
 	local = filepath.Join(f.prefix, "var/lib/one/vms", fmt.Sprint(vm), fmt.Sprintf("deployment.%d", seq))
 	f.write(local, domain, 0o644)
-	f.write(filepath.Join(filepath.Dir(local), "vm.xml"), fmt.Sprintf("<VM><ID>%d</ID></VM>", vm), 0o644)
-	f.write(filepath.Join(filepath.Dir(local), "ds.xml"), "<DATASTORE><ID>0</ID></DATASTORE>", 0o644)
+	if err := onedsim.WriteLocalDeployFiles(filepath.Dir(local), vmDirXML(vm, "vm.xml"), vmDirXML(vm, "ds.xml")); err != nil {
+		f.t.Fatal(err)
+	}
 	return local, sysDir, domain
+}
+
+// vmDirXML is the VM or DATASTORE element the driver message carries.
+func vmDirXML(vm int, name string) string {
+	if name == "ds.xml" {
+		return "<DATASTORE><ID>0</ID><TEMPLATE><TM_MAD><![CDATA[ceph]]></TM_MAD></TEMPLATE></DATASTORE>"
+	}
+	return fmt.Sprintf("<VM><ID>%d</ID><TEMPLATE><TPM><MODEL>tpm-crb</MODEL></TPM></TEMPLATE></VM>", vm)
 }
 
 // calls returns the recordings of a remote stand-in ("deploy", "restore"),
 // oldest first, as base name without extension.
 func (f *fe) calls(kind string) []string {
 	m, _ := filepath.Glob(filepath.Join(f.path("remote-calls"), kind+"-*.args"))
-	for i := range m {
-		m[i] = strings.TrimSuffix(m[i], ".args")
-	}
-	return m
-}
-
-func (f *fe) tmCalls(op string) []string {
-	m, _ := filepath.Glob(filepath.Join(f.path("tm-calls"), op+"-*.args"))
 	for i := range m {
 		m[i] = strings.TrimSuffix(m[i], ".args")
 	}
@@ -421,7 +442,9 @@ func runInstall(t *testing.T, prefix string, args ...string) result {
 	return r
 }
 
-// onedConf is a stock oned.conf excerpt with the kvm VM_MAD ARGUMENTS args.
+// onedConf is a stock oned.conf excerpt with the kvm VM_MAD ARGUMENTS args,
+// the "qemu" VM_MAD that runs the same kvm driver
+// (share/etc/oned.conf:488-498 of release-7.4.0) and lxc.
 func onedConf(args string) string {
 	return `# oned.conf (excerpt)
 DATASTORE_LOCATION = /var/lib/one/datastores
@@ -439,6 +462,16 @@ VM_MAD = [
     DEFAULT        = "vmm_exec/vmm_exec_kvm.conf",
     TYPE           = "kvm",
     KEEP_SNAPSHOTS = "yes"
+]
+
+# This variant should be used for nested virtualization
+VM_MAD = [
+    NAME           = "qemu",
+    SUNSTONE_NAME  = "QEMU",
+    EXECUTABLE     = "one_vmm_exec",
+    ARGUMENTS      = "-t 15 -r 0 kvm",
+    DEFAULT        = "vmm_exec/vmm_exec_kvm.conf",
+    TYPE           = "qemu"
 ]
 
 VM_MAD = [

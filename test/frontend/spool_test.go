@@ -13,9 +13,9 @@ import (
 	"github.com/rbdfence/rbdfence/test/testenv"
 )
 
-// TestOnedDownEventsSpooled: while oned is down, a failmigrate still fences
-// the destination's copy (it reads the VM from stdin); its event goes to the
-// spool, the step is not a failure. The next run that reaches oned delivers
+// TestOnedDownEventsSpooled: while oned is down, a failed migration's copy
+// on the destination is still fenced (the migrate action reads the VM from
+// stdin); its event goes to the spool, which is not a failure of ours. The next run that reaches oned delivers
 // it, and "rbdfence events flush" delivers the next one; every event lands
 // in the VM's user template exactly once.
 func TestOnedDownEventsSpooled(t *testing.T) {
@@ -23,8 +23,6 @@ func TestOnedDownEventsSpooled(t *testing.T) {
 	a, b := f.hs.A, f.hs.B
 	vm, specs := f.newVM(a.Name, 1, "persistent")
 	f.migrating(vm, 1, a.Name, b.Name, specs)
-	args := []string{a.Name, b.Name, fmt.Sprintf("/var/lib/one//datastores/0/%d", vm), fmt.Sprint(vm), "0"}
-	stdin := f.vmXML64(vm)
 	spooled := func() int {
 		m, _ := filepath.Glob(filepath.Join(f.path("spool"), "*.json"))
 		return len(m)
@@ -36,20 +34,19 @@ func TestOnedDownEventsSpooled(t *testing.T) {
 
 	failedCopy := func() *testenv.Zombie {
 		t.Helper()
-		if r := f.tmRun("premigrate", stdin, args...); r.code != 0 {
-			t.Fatalf("premigrate: exit %d\n%s", r.code, r.stderr)
-		}
 		z := testenv.StartZombieOn(t, f.ceph, b, specs[0].image, "write")
 		z.WaitWrite(t, true, 30*time.Second)
 		if err := f.sim.SetDown(true); err != nil {
 			t.Fatal(err)
 		}
-		r := f.tmRun("failmigrate", stdin, args...)
+		f.write(f.path("remote-calls", "migrate.fail"), "", 0o644)
+		r, _ := f.migrateRun(vm, a.Name, b.Name)
+		_ = os.Remove(f.path("remote-calls", "migrate.fail"))
 		if err := f.sim.SetDown(false); err != nil {
 			t.Fatal(err)
 		}
-		if r.code != 0 || !strings.Contains(r.stderr, "kept in "+f.path("spool")) {
-			t.Fatalf("failmigrate with oned down: exit %d, want 0 and the events spooled:\n%s", r.code, r.stderr)
+		if r.code != 1 || !strings.Contains(r.stderr, "kept in "+f.path("spool")) {
+			t.Fatalf("failed migration with oned down: exit %d, want the migration's 1 and the events spooled:\n%s", r.code, r.stderr)
 		}
 		if ev := z.WaitWrite(t, false, 30*time.Second); ev.Errno != 108 {
 			t.Fatalf("copy on the destination: errno %d", ev.Errno)

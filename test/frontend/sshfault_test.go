@@ -11,8 +11,8 @@ import (
 
 // TestSSHHopFails: the host cannot be reached over ssh. The start is refused
 // (fail closed) with one plain line, within the ssh timeout, and the remote
-// deploy never runs; a failmigrate whose destination cannot be reached
-// fences the copy from the source and still runs the original TM script.
+// deploy never runs; a failed migration whose destination cannot be
+// reached fences the copy from the source.
 func TestSSHHopFails(t *testing.T) {
 	f := setup(t)
 	const dead = "nosuchhost.invalid"
@@ -24,7 +24,7 @@ func TestSSHHopFails(t *testing.T) {
 		t.Fatalf("refusal took %s", r.took)
 	}
 
-	// failmigrate whose destination cannot be reached over ssh (here: host
+	// A failed migration whose destination cannot be reached over ssh (here: host
 	// B by its bare IP, which our ssh config has no key for) while the
 	// "failed" migration's copy runs there: the step falls back to the source
 	// and fences every client that is not on it. The source is kept.
@@ -38,10 +38,10 @@ func TestSSHHopFails(t *testing.T) {
 	f.migrating(vm2, 1, f.hs.A.Name, unreachable, specs2)
 	copyOnB := testenv.StartZombieOn(t, f.ceph, f.hs.B, specs2[0].image, "write")
 	copyOnB.WaitWrite(t, true, 30*time.Second)
-	args := []string{f.hs.A.Name, unreachable, fmt.Sprintf("/var/lib/one//datastores/0/%d", vm2), fmt.Sprint(vm2), "0"}
-	r = f.tmRun("failmigrate", f.vmXML64(vm2), args...) // also checks the original ran with the same args and stdin
-	if r.code != 0 {
-		t.Fatalf("failmigrate with the source reachable: exit %d\n%s", r.code, r.stderr)
+	f.write(f.path("remote-calls", "migrate.fail"), "", 0o644)
+	r, _ = f.migrateRun(vm2, f.hs.A.Name, unreachable)
+	if r.code != 1 {
+		t.Fatalf("failed migration with the source reachable: exit %d, want the migration's 1\n%s", r.code, r.stderr)
 	}
 	if !strings.Contains(r.stderr, "fencing from the source") {
 		t.Fatalf("the fallback must be logged:\n%s", r.stderr)

@@ -20,7 +20,7 @@ const (
 	remotes     = "var/lib/one/remotes/"
 	hookWrapper = "etc/libvirt/hooks/qemu.d/10-rbdfence"
 	hookCopy    = "usr/local/libexec/rbdfence/rbdfence-hook"
-	vmMadChange = `+ ARGUMENTS      = "-t 15 -r 0 kvm -p -l deploy=deploy-rbdfence,restore=restore-rbdfence",`
+	vmMadChange = `+ ARGUMENTS      = "-t 15 -r 0 kvm -p -l deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence",`
 )
 
 // conffiles returns dpkg's Conffiles field of pkg in r.
@@ -68,9 +68,11 @@ func (r *root) wantFrontend(bin string) {
 	r.wantFile("usr/lib/rbdfence/packaging/install-frontend.sh", 0o755, readFile(r.t, filepath.Join(testenv.Root(), "packaging/install-frontend.sh")))
 	r.wantFile(remotes+"vmm/kvm/deploy-rbdfence", 0o755, readFile(r.t, filepath.Join(bin, "deploy-rbdfence")))
 	r.wantFile(remotes+"vmm/kvm/restore-rbdfence", 0o755, readFile(r.t, filepath.Join(bin, "restore-rbdfence")))
+	r.wantFile(remotes+"vmm/kvm/migrate-rbdfence", 0o755, readFile(r.t, filepath.Join(bin, "migrate-rbdfence")))
+	// OpenNebula's TM scripts are not replaced (migration is a VMM local action).
 	for _, op := range tmOps {
-		r.wantFile(remotes+"tm/ceph/"+op, 0o755, readFile(r.t, filepath.Join(bin, op)))
-		r.wantFile(remotes+"tm/ceph/"+op+".rbdfence-orig", 0o755, r.orig[remotes+"tm/ceph/"+op])
+		r.wantFile(remotes+"tm/ceph/"+op, 0o755, r.orig[remotes+"tm/ceph/"+op])
+		r.wantGone(remotes + "tm/ceph/" + op + ".rbdfence-orig")
 	}
 	r.wantFile(remotes+"rbdfence/rbdfence-host", 0o755, readFile(r.t, filepath.Join(bin, "rbdfence")))
 	r.wantFile(remotes+"rbdfence/prestart", 0o755, readFile(r.t, filepath.Join(bin, "prestart")))
@@ -86,7 +88,7 @@ func (r *root) wantFrontendUndone() {
 	r.t.Helper()
 	r.wantOriginals("var/lib/one/")
 	r.wantOriginals("etc/one/")
-	gone := []string{remotes + "vmm/kvm/deploy-rbdfence", remotes + "vmm/kvm/restore-rbdfence", remotes + "rbdfence",
+	gone := []string{remotes + "vmm/kvm/deploy-rbdfence", remotes + "vmm/kvm/restore-rbdfence", remotes + "vmm/kvm/migrate-rbdfence", remotes + "rbdfence",
 		"var/lib/rbdfence/install-frontend"}
 	for _, op := range tmOps {
 		gone = append(gone, remotes+"tm/ceph/"+op+".rbdfence-orig")

@@ -6,6 +6,15 @@
 // start and for a start that fences two foreign clients (zombies on rbdf-b),
 // with the ssh round trip and the bare host step for context.
 //
+// It also times a whole deploy through deploy-rbdfence against the plain
+// deploy the driver would run (one ssh session: mkdir, vm.xml, ds.xml,
+// vmm/kvm/deploy), interleaved in the same run, both over a warm ssh master
+// connection configured as OpenNebula configures oneadmin's ssh
+// (share/ssh/etc/config of release-7.4.0: ControlMaster no, ControlPersist
+// 70s, ControlPath; the drivers' ssh wrapper adds -o ControlMaster=auto,
+// share/ssh/bin/ssh:98). The deploy stand-in on the host reads the domain
+// and prints a DEPLOY_ID.
+//
 //	go run -tags pacific ./test/bench/prestartbench -reps 9
 //
 // Needs root (network namespaces); it starts the test hosts and cluster.
@@ -13,6 +22,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -155,9 +165,77 @@ spool_dir: %s/spool
 		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 		fmt.Printf("  %-44s median %7s  min %7s  max %7s\n", name, d[len(d)/2].Round(time.Millisecond), d[0].Round(time.Millisecond), d[len(d)-1].Round(time.Millisecond))
 	}
+	// A whole deploy, plain and through deploy-rbdfence, over a warm master.
+	sshCfg := write("ssh_config", fmt.Sprintf("Include %s\nHost *\n  ControlMaster no\n  ControlPersist 70s\n  ControlPath %s/ctl-M-%%C.sock\n", hs.SSHConfig, dir))
+	remotes := filepath.Join(dir, "hostremotes")
+	if err := os.MkdirAll(filepath.Join(remotes, "vmm/kvm"), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(remotes, "vmm/kvm/deploy"), []byte("#!/bin/sh\ncat >/dev/null\necho one-bench\n"), 0o755); err != nil {
+		return err
+	}
+	sysDir := filepath.Join(dir, "datastores/0", fmt.Sprint(vm))
+	domain := fmt.Sprintf("<domain type='kvm'><name>one-%d</name><devices/><metadata><one:vm xmlns:one=\"http://opennebula.org/xmlns/libvirt/1.0\"><one:system_datastore><![CDATA[%s]]></one:system_datastore></one:vm></metadata></domain>", vm, sysDir)
+	vmXML, dsXML := fmt.Sprintf("<VM><ID>%d</ID></VM>", vm), "<DATASTORE><ID>0</ID></DATASTORE>"
+	local := filepath.Join(dir, "vms", fmt.Sprint(vm), fmt.Sprintf("deployment.%d", seq+1)) // the deploy after the ones above
+	if err := os.MkdirAll(filepath.Dir(local), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(local, []byte(domain), 0o644); err != nil {
+		return err
+	}
+	if err := onedsim.WriteLocalDeployFiles(filepath.Dir(local), vmXML, dsXML); err != nil {
+		return err
+	}
+	deployCfg := write("deploy.yaml", fmt.Sprintf(`opennebula:
+  endpoint: %s
+  auth_file: %s
+  ssh: ssh -F %s
+  host_binary: %s
+  host_config: %s
+  remote_dir: %s
+timeouts: {connect: 5s, ceph_op: 10s, oned: 3s, ssh: 60s, total: 90s}
+audit_log: %s/audit.log
+spool_dir: %s/spool
+`, sim.URL(), auth, sshCfg, host, hostCfg, remotes, dir, dir))
+	seq++
+	put()
+	plainDeploy := func() time.Duration {
+		// What the driver's ssh stream runs for a non-local deploy, in one
+		// session (one_vmm_exec.rb:443-470 of release-7.4.0).
+		script := fmt.Sprintf("mkdir -p %[1]s && printf '%%s' '%[2]s' > %[1]s/vm.xml && printf '%%s' '%[3]s' > %[1]s/ds.xml && %[4]s/vmm/kvm/deploy %[1]s/%[5]s %[6]s %[7]d %[6]s",
+			sysDir, vmXML, dsXML, remotes, filepath.Base(local), hs.A.Name, vm)
+		cmd := exec.Command("ssh", "-F", sshCfg, "-o", "ControlMaster=auto", "-o", "BatchMode=yes", hs.A.Name, script)
+		cmd.Stdin = strings.NewReader(domain)
+		return timeIt(cmd)
+	}
+	rbdDeploy := func() time.Duration {
+		cmd := exec.Command(testenv.Bin(tb, "deploy-rbdfence"), local, hs.A.Name, fmt.Sprint(vm), hs.A.Name)
+		cmd.Env = append(os.Environ(), "RBDFENCE_CONFIG="+deployCfg)
+		cmd.Stdin = strings.NewReader(base64.StdEncoding.EncodeToString([]byte(domain)))
+		return timeIt(cmd)
+	}
+	plainDeploy() // warms the master connection
+	rbdDeploy()   // the first start writes the claim
+	var plain, wrapped []time.Duration
+	for i := 0; i < reps; i++ {
+		plain = append(plain, plainDeploy())
+		wrapped = append(wrapped, rbdDeploy())
+	}
+	median := func(d []time.Duration) time.Duration {
+		c := append([]time.Duration(nil), d...)
+		sort.Slice(c, func(i, j int) bool { return c[i] < c[j] })
+		return c[len(c)/2]
+	}
+	extra := median(wrapped) - median(plain)
+	_ = exec.Command("ssh", "-F", sshCfg, "-O", "exit", hs.A.Name).Run()
+
 	row("prestart, nothing to fence", clean)
 	row("prestart, fencing 2 foreign clients", fencing)
 	row("context: ssh round trip (ssh host true)", sshRT)
 	row("context: host step alone (check, no ssh)", step)
+	row("plain deploy, warm ssh master", plain)
+	row("deploy-rbdfence, nothing to fence, warm master", wrapped)
+	fmt.Printf("  %-44s %7s (median of deploy-rbdfence minus median of the plain deploy)\n", "added by rbdfence to a start", extra.Round(time.Millisecond))
 	return nil
 }

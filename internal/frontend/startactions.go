@@ -192,13 +192,19 @@ func Deploy(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 		}
 		remoteFile = path.Join(e.Cfg.OpenNebula.DatastoreLocation, strconv.Itoa(res.VM.SystemDSID), strconv.Itoa(a.VM), filepath.Base(a.LocalFile))
 	}
-	if err := e.copyVMDirFiles(ctx, a, path.Dir(remoteFile)); err != nil {
+	files, err := e.readVMDirFiles(a)
+	if err != nil {
 		return err
 	}
 	script := path.Join(e.Cfg.OpenNebula.RemoteDir, "vmm/kvm/deploy")
+	remote := []string{script, remoteFile, a.Host, strconv.Itoa(a.VM), a.Host}
+	if inline := withVMDirFiles(path.Dir(remoteFile), files, remote); inline != nil {
+		remote = inline // one ssh session, as the driver's own deploy
+	} else if err := e.copyVMDirFiles(ctx, a, path.Dir(remoteFile), files); err != nil {
+		return err
+	}
 	out := &capBuffer{max: 4096}
-	code, err := e.remoteAction(ctx, a.Host, []string{script, remoteFile, a.Host, strconv.Itoa(a.VM), a.Host}, domain,
-		io.MultiWriter(e.Stdout, out), e.Stderr)
+	code, err := e.remoteAction(ctx, a.Host, remote, domain, io.MultiWriter(e.Stdout, out), e.Stderr)
 	if err != nil {
 		return errorf(outcome.Failure, a.VM, "VM %d: remote deploy on %s: %v", a.VM, a.Host, err)
 	}
@@ -210,31 +216,114 @@ func Deploy(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 	return nil
 }
 
-// copyVMDirFiles does what oned's normal deploy does before the remote
-// deploy and skips for a local action: it writes vm.xml and ds.xml into
-// the VM's directory on the host (oned wrote them next to the local
-// deployment file instead). Files oned did not write are skipped.
-func (e *Env) copyVMDirFiles(ctx context.Context, a DeployArgs, remoteDir string) error {
+// vmDirFileData is vm.xml or ds.xml as it goes to the host.
+type vmDirFileData struct {
+	name string
+	data []byte
+}
+
+// readVMDirFiles reads what oned's normal deploy writes into the VM's
+// directory on the host before the remote deploy: vm.xml and ds.xml. For a
+// local deploy action the driver wrote them next to the local deployment
+// file through local steps, whose stdin is base64 (one_vmm_exec.rb:443-464
+// and OpenNebulaDriver.rb:103-104 of release-7.4.0; :458-481 and :104 of
+// release-6.10.5), so the files hold base64; the host's vmm/kvm/deploy
+// reads them as XML (vGPU, TPM). They are decoded (vmDirFile). Files oned
+// did not write are skipped.
+func (e *Env) readVMDirFiles(a DeployArgs) ([]vmDirFileData, error) {
+	var out []vmDirFileData
 	for _, name := range []string{"vm.xml", "ds.xml"} {
-		data, err := os.ReadFile(filepath.Join(filepath.Dir(a.LocalFile), name))
+		raw, err := os.ReadFile(filepath.Join(filepath.Dir(a.LocalFile), name))
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		if err != nil {
-			return errorf(outcome.Failure, a.VM, "VM %d: reading %s: %v", a.VM, name, err)
+			return nil, errorf(outcome.Failure, a.VM, "VM %d: reading %s: %v", a.VM, name, err)
 		}
+		data, err := vmDirFile(name, raw)
+		if err != nil {
+			return nil, errorf(outcome.Failure, a.VM, "VM %d: %s next to %s: %v; the remote deploy was not run", a.VM, name, a.LocalFile, err)
+		}
+		out = append(out, vmDirFileData{name, data})
+	}
+	return out, nil
+}
+
+// maxInlineFiles bounds what withVMDirFiles puts on the remote command
+// line (Linux takes at most 128 KiB per argument, quoting adds some).
+const maxInlineFiles = 48 << 10
+
+// withVMDirFiles returns the remote command that writes files into dir and
+// then runs remote, in one ssh session as the driver's own deploy does
+// (one_vmm_exec.rb:443-470 of release-7.4.0), or nil when the files are too
+// large for a command line. The contents travel as arguments, printed by
+// the shell's printf: no tool of the host is assumed.
+func withVMDirFiles(dir string, files []vmDirFileData, remote []string) []string {
+	if len(files) == 0 {
+		return remote
+	}
+	size := 0
+	for _, f := range files {
+		size += len(f.data)
+		if bytes.IndexByte(f.data, 0) >= 0 {
+			return nil
+		}
+	}
+	if size > maxInlineFiles {
+		return nil
+	}
+	script := `mkdir -p "$1"`
+	args := []string{"sh", "-c", "", "rbdfence-deploy", dir}
+	for i, f := range files {
+		script += fmt.Sprintf(` && printf '%%s' "$%d" > "$1/%s"`, i+2, f.name)
+		args = append(args, string(f.data))
+	}
+	script += fmt.Sprintf(` && shift %d && exec "$@"`, len(files)+1)
+	args[2] = script
+	return append(args, remote...)
+}
+
+// copyVMDirFiles writes files into remoteDir on the host, one ssh call
+// each: for files too large for withVMDirFiles.
+func (e *Env) copyVMDirFiles(ctx context.Context, a DeployArgs, remoteDir string, files []vmDirFileData) error {
+	for _, f := range files {
 		var stderr capBuffer
 		stderr.max = 4096
-		cmd := "mkdir -p " + shellQuote(remoteDir) + " && cat > " + shellQuote(remoteDir+"/"+name)
-		code, err := e.remoteAction(ctx, a.Host, []string{"sh", "-c", cmd}, data, io.Discard, &stderr)
+		cmd := "mkdir -p " + shellQuote(remoteDir) + " && cat > " + shellQuote(remoteDir+"/"+f.name)
+		code, err := e.remoteAction(ctx, a.Host, []string{"sh", "-c", cmd}, f.data, io.Discard, &stderr)
 		if err == nil && code != 0 {
 			err = fmt.Errorf("exit %d: %s", code, orDash(lastLine(stderr.buf.Bytes())))
 		}
 		if err != nil {
-			return errorf(outcome.Failure, a.VM, "VM %d: cannot write %s/%s on %s: %v", a.VM, remoteDir, name, a.Host, err)
+			return errorf(outcome.Failure, a.VM, "VM %d: cannot write %s/%s on %s: %v", a.VM, remoteDir, f.name, a.Host, err)
 		}
 	}
 	return nil
+}
+
+// vmDirFile returns the XML to write on the host for vm.xml or ds.xml as
+// the driver left it next to the local deployment file: base64 (what a
+// local step writes) is decoded; XML (a file written some other way) and
+// an empty file (no such element in the driver message) are kept as they
+// are. The decoded document must be a <VM> (vm.xml) or <DATASTORE> (ds.xml).
+func vmDirFile(name string, raw []byte) ([]byte, error) {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || t[0] == '<' {
+		return raw, nil
+	}
+	doc, err := DecodeBase64(name, t)
+	if err != nil {
+		return nil, fmt.Errorf("neither XML nor base64 XML (%v)", err)
+	}
+	want := map[string]string{"vm.xml": "VM", "ds.xml": "DATASTORE"}[name]
+	root, err := xmlRoot(doc)
+	if err != nil {
+		return nil, fmt.Errorf("decoded from base64: %v", err)
+	}
+	if want != "" && root != want {
+		return nil, fmt.Errorf("decoded from base64: a <%s> document, want <%s>", clip(root), want)
+	}
+	return doc, nil
 }
 
 // recordInstance records the client addresses of the instance that now

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -68,11 +69,13 @@ func BrokenEnv(err error, stdout, stderr io.Writer) *Env {
 
 // hostRE is what a host name from oned may look like before it goes to ssh:
 // a DNS name or an IP address. A leading '-' would be taken as an option.
-var hostRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._:-]{0,252}$`)
+// hostRE is compiled on first use: its counted repetition costs thousands
+// of allocations, which every run of the CLI would pay at start-up.
+var hostRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._:-]{0,252}$`) })
 
 // checkHost validates a host name from outside input.
 func checkHost(what, h string) error {
-	if !hostRE.MatchString(h) {
+	if !hostRE().MatchString(h) {
 		return fmt.Errorf("%s %q is not a host name", what, clip(h))
 	}
 	return nil
@@ -97,6 +100,12 @@ func shellJoin(argv []string) string {
 // here) on host: <opennebula.ssh> -o BatchMode=yes -o ConnectTimeout=N host
 // 'word' 'word'... BatchMode keeps ssh from waiting for a password.
 func (e *Env) sshArgv(host string, remote []string) ([]string, error) {
+	return e.sshArgvOpts(host, remote)
+}
+
+// sshArgvOpts is sshArgv with extra ssh options (pairs such as "-o",
+// "ForwardAgent=yes") before the host.
+func (e *Env) sshArgvOpts(host string, remote []string, opts ...string) ([]string, error) {
 	if err := checkHost("host", host); err != nil {
 		return nil, err
 	}
@@ -105,7 +114,17 @@ func (e *Env) sshArgv(host string, remote []string) ([]string, error) {
 		ct = 1
 	}
 	argv := strings.Fields(e.Cfg.OpenNebula.SSH)
-	argv = append(argv, "-o", "BatchMode=yes", "-o", "ConnectTimeout="+strconv.Itoa(ct), host, shellJoin(remote))
+	argv = append(argv, "-o", "BatchMode=yes", "-o", "ConnectTimeout="+strconv.Itoa(ct))
+	// Share the persistent connection of oneadmin's ssh config, as the ssh
+	// wrapper on oned's PATH does for every driver (ControlMaster=auto
+	// unless given, share/ssh/bin/ssh:98 of release-7.4.0; ControlPath and
+	// ControlPersist 70s come from share/ssh/etc/config). Without a
+	// ControlPath in the config ssh ignores it.
+	if !strings.Contains(strings.ToLower(strings.Join(append(argv, opts...), " ")), "controlmaster") {
+		argv = append(argv, "-o", "ControlMaster=auto")
+	}
+	argv = append(argv, opts...)
+	argv = append(argv, host, shellJoin(remote))
 	return argv, nil
 }
 

@@ -1,0 +1,210 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/audit"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/opennebula"
+	"github.com/rbdfence/rbdfence/internal/outcome"
+)
+
+// MigrateSuffix ends the name of the VMM local migrate action: the action
+// "migrate-rbdfence" runs the remote vmm/kvm/migrate over ssh; any other
+// "<script>-rbdfence" wraps the admin's own local migrate script <script>
+// next to it (OpenNebula ships migrate_local: -l migrate=migrate_local
+// becomes -l migrate=migrate_local-rbdfence).
+const MigrateSuffix = "-rbdfence"
+
+// VMMMigrateArgs is the VMM migrate step's command line as the driver
+// builds it: [:deploy_id, :dest_host, :host] (one_vmm_exec.rb:632-635 of
+// release-7.4.0) and do_action's "<vmid> <host>" (OpenNebulaDriver.rb:98),
+// so <deploy_id> <dst> <src> <vmid> <src>.
+type VMMMigrateArgs struct {
+	DeployID string
+	Dst, Src string
+	VM       int
+}
+
+// ParseVMMMigrateArgs checks the VMM migrate action's arguments.
+func ParseVMMMigrateArgs(args []string) (VMMMigrateArgs, error) {
+	const usage = "usage: migrate-rbdfence <deploy_id> <dst_host> <src_host> <vmid> <src_host> (base64 driver action XML on stdin), as oned runs a local migrate action"
+	if len(args) != 5 && len(args) != 4 {
+		return VMMMigrateArgs{}, errorf(outcome.Usage, -1, "wrong number of arguments (%d); %s", len(args), usage)
+	}
+	a := VMMMigrateArgs{DeployID: args[0], Dst: args[1], Src: args[2], VM: -1}
+	vm, err := parseVMID(args[3])
+	if err != nil {
+		return a, errorf(outcome.Usage, -1, "%v; %s", err, usage)
+	}
+	a.VM = vm
+	if a.DeployID == "" {
+		return a, errorf(outcome.Usage, vm, "empty deploy id; %s", usage)
+	}
+	if err := checkHost("destination host", a.Dst); err != nil {
+		return a, errorf(outcome.Usage, vm, "%v; %s", err, usage)
+	}
+	if err := checkHost("source host", a.Src); err != nil {
+		return a, errorf(outcome.Usage, vm, "%v; %s", err, usage)
+	}
+	if len(args) == 5 && args[4] != a.Src {
+		return a, errorf(outcome.Usage, vm, "source hosts %q and %q differ; %s", clip(args[2]), clip(args[4]), usage)
+	}
+	return a, nil
+}
+
+// MigrateVMM is the VMM local migrate action, which protects a live
+// migration whatever the system datastore's TM (the TM migrate scripts
+// can stop or see a migration only when the system datastore is ceph:
+// migrate_other ignores the status of what it calls, tm_common.sh:175,
+// and the ssh/shared failmigrate is common/failmigrate, exit 0, of
+// release-7.4.0). In the driver it runs after tm premigrate and vnm pre
+// and before vnm clean/post and tm postmigrate; a failure runs the TM's
+// failmigrate (one_vmm_exec.rb:598-673).
+//
+//  1. open the handover window (premigrate step on the source); if it
+//     cannot be opened, fail: nothing was started, the VM keeps running on
+//     the source, and oned rolls the migration back;
+//  2. run the real migration: the remote <remote_dir>/vmm/kvm/migrate on
+//     the source over ssh with the driver action XML on stdin and agent
+//     forwarding, as the driver runs a delegated action (ssh_stream.rb:
+//     191-192), or the admin's own local migrate script (self names it);
+//  3. if it failed, fence the destination's copy and close the window
+//     (failmigrate step), and exit with the migration's own code;
+//  4. if it succeeded, close the window and fence lock owners not on the
+//     destination (postmigrate step); a failure there is logged, never
+//     turned into a failed migration (the VM runs on the destination).
+func MigrateVMM(ctx context.Context, e *Env, self string, args []string, stdinR io.Reader) error {
+	a, err := ParseVMMMigrateArgs(args)
+	if err != nil {
+		return err
+	}
+	e.Log.SetVM(a.VM)
+	raw, err := ReadStdin(stdinR)
+	if err != nil {
+		return err
+	}
+	msg, err := DecodeBase64("driver action XML", raw)
+	if err != nil {
+		return errorf(outcome.Usage, a.VM, "VM %d: %v; the migration was not started", a.VM, err)
+	}
+	vmDoc, err := actionVM(msg)
+	if err != nil {
+		return errorf(outcome.Usage, a.VM, "VM %d: %v; the migration was not started", a.VM, err)
+	}
+	vm, err := opennebula.ParseVM(vmDoc)
+	if err != nil {
+		return errorf(outcome.Usage, a.VM, "VM %d: the VM in the driver action: %v; the migration was not started", a.VM, err)
+	}
+	if vm.ID != a.VM {
+		return errorf(outcome.Usage, a.VM, "VM %d: the driver action on stdin is VM %d's; the migration was not started", a.VM, vm.ID)
+	}
+	local, err := localMigrateScript(self)
+	if err != nil {
+		return errorf(outcome.Usage, a.VM, "VM %d: %v; the migration was not started", a.VM, err)
+	}
+
+	var m *migration
+	switch {
+	case a.Src == a.Dst:
+		e.Log.Info("source and destination are both %s: no handover window", a.Src)
+	case len(vm.Disks) == 0:
+		e.Log.Info("VM %d opens no RBD image%s: no handover window", a.VM, skippedNote(vm))
+	default:
+		m = &migration{a: MigrateArgs{Src: a.Src, Dst: a.Dst, VM: a.VM, DSID: vm.SystemDSID}, vm: vm, run: audit.NewRunID()}
+	}
+	if m != nil {
+		if e.Broken != nil {
+			return errorf(outcome.Usage, a.VM, "VM %d: %v; the migration was not started", a.VM, e.Broken)
+		}
+		if err := e.step(ctx, m, hoststep.OpPremigrate); err != nil {
+			return withSuffix(err, "; the migration was not started, the VM keeps running on "+a.Src)
+		}
+	}
+
+	code, runErr := e.runMigrate(ctx, a, local, raw, msg)
+	if runErr == nil && code == 0 {
+		if m != nil {
+			if err := e.step(ctx, m, hoststep.OpPostmigrate); err != nil {
+				e.Log.Error("the migration succeeded, but: %v (the window expires after fence.migration_window)", err)
+			}
+		}
+		e.Log.Info("VM %d migrated %s -> %s", a.VM, a.Src, a.Dst)
+		return nil
+	}
+	if m != nil {
+		if err := e.step(ctx, m, hoststep.OpFailmigrate); err != nil {
+			e.Log.Error("the migration failed and its copy on %s may not be fenced: %v", a.Dst, err)
+		}
+	}
+	if runErr != nil {
+		return runErr
+	}
+	return &ExitError{What: "migrate " + a.Src + " -> " + a.Dst, Code: code}
+}
+
+// localMigrateScript returns the admin's local migrate script this action
+// wraps ("" for the remote vmm/kvm/migrate): self is
+// <dir>/<script>-rbdfence, <dir>/<script> must exist.
+func localMigrateScript(self string) (string, error) {
+	base := filepath.Base(self)
+	name, ok := strings.CutSuffix(base, MigrateSuffix)
+	if !ok || name == "" {
+		return "", fmt.Errorf("the migrate action is named %q; want migrate-rbdfence or <local migrate script>-rbdfence", clip(base))
+	}
+	if name == "migrate" {
+		return "", nil
+	}
+	p := filepath.Join(filepath.Dir(self), name)
+	if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("the local migrate script %s that %s wraps is missing or not executable: reinstall rbdfence (install.sh frontend)", p, base)
+	}
+	return p, nil
+}
+
+// runMigrate runs the real migration and returns its exit code; its
+// output is relayed. raw is the base64 stdin as oned gave it (a local
+// script gets it unchanged), msg the decoded driver action XML.
+func (e *Env) runMigrate(ctx context.Context, a VMMMigrateArgs, local string, raw, msg []byte) (int, error) {
+	argv := []string{a.DeployID, a.Dst, a.Src, strconv.Itoa(a.VM), a.Src}
+	timeout := time.Duration(e.Cfg.Timeouts.Action)
+	if local != "" {
+		code, err := run(ctx, proc{argv: append([]string{local}, argv...), stdin: bytes.NewReader(raw), stdout: e.Stdout, stderr: e.Stderr, timeout: timeout})
+		if err != nil {
+			return -1, errorf(outcome.Failure, a.VM, "VM %d: local migrate %s: %v", a.VM, local, err)
+		}
+		return code, nil
+	}
+	script := path.Join(e.Cfg.OpenNebula.RemoteDir, "vmm/kvm/migrate")
+	sshArgv, err := e.sshArgvOpts(a.Src, append([]string{script}, argv...),
+		// A delegated action (migrate is, unless -d says otherwise:
+		// one_vmm_exec.rb:1544) forwards the agent on its own connection.
+		"-o", "ForwardAgent=yes", "-o", "ControlMaster=no", "-o", "ControlPath=none")
+	if err != nil {
+		return -1, errorf(outcome.Usage, a.VM, "VM %d: %v", a.VM, err)
+	}
+	code, err := run(ctx, proc{argv: sshArgv, stdin: bytes.NewReader(msg), stdout: e.Stdout, stderr: e.Stderr, timeout: timeout})
+	if err != nil {
+		return -1, errorf(outcome.Failure, a.VM, "VM %d: remote migrate on %s: %v", a.VM, a.Src, err)
+	}
+	return code, nil
+}
+
+// withSuffix appends s to the message of a *Error (other errors as they are).
+func withSuffix(err error, s string) error {
+	if fe, ok := err.(*Error); ok {
+		c := *fe
+		c.Msg += s
+		return &c
+	}
+	return err
+}

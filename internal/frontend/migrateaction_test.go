@@ -1,0 +1,163 @@
+package frontend
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
+)
+
+// migrateScript stands in for the host's vmm/kvm/migrate (and for an
+// admin's local migrate_local): records args and stdin, exits $MIGRATE_CODE.
+const migrateScript = `#!/bin/sh
+printf '%s\n' "$@" > "$STUB_DIR/migrate-args"
+cat > "$STUB_DIR/migrate-stdin"
+echo "$0" > "$STUB_DIR/migrate-which"
+echo migrate-ran >> "$STUB_DIR/requests"
+exit ${MIGRATE_CODE:-0}
+`
+
+// actionStdin is what the driver hands a local migrate action: the driver
+// action XML, base64 (OpenNebulaDriver.rb:103-104 of release-7.4.0).
+func actionStdin(t *testing.T) (b64, xml string) {
+	t.Helper()
+	vm, err := os.ReadFile("../opennebula/testdata/vm-42-running.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	xml = "<VMM_DRIVER_ACTION_DATA><HOST>node1</HOST><MIGR_HOST>node2</MIGR_HOST><DEPLOY_ID>one-42</DEPLOY_ID>" +
+		strings.TrimSpace(string(vm)) + "</VMM_DRIVER_ACTION_DATA>"
+	return base64.StdEncoding.EncodeToString([]byte(xml)), xml
+}
+
+func TestMigrateVMMPolicy(t *testing.T) {
+	ok := func(op string) *hoststep.Response { return &hoststep.Response{OK: true, Op: op} }
+	fail := func(op, kind string) *hoststep.Response {
+		return &hoststep.Response{Op: op, Kind: outcome.Parse(kind), Error: "VM 42: something " + kind}
+	}
+	args := []string{"one-42", "node2", "node1", "42", "node1"}
+	for _, tc := range []struct {
+		name        string
+		self        string // action name, default migrate-rbdfence
+		pre, post   *hoststep.Response
+		preCode     int
+		failm       *hoststep.Response
+		failmCode   int
+		migrateCode string
+		stdin       string
+		args        []string
+		wantCode    int
+		wantPlain   string
+		wantLog     string
+		wantOps     []string // host steps and "migrate-ran", in order
+	}{
+		{name: "ok", pre: ok("premigrate"), post: ok("postmigrate"), wantOps: []string{"premigrate", "migrate-ran", "postmigrate"}},
+		{name: "window refused: not started", pre: fail("premigrate", "refused"), preCode: 4, wantCode: outcome.Refused.Code(),
+			wantPlain: "VM 42: rbdfence premigrate (node1 -> node2) failed: something refused; the migration was not started", wantOps: []string{"premigrate"}},
+		{name: "source unreachable: not started", preCode: 255, wantCode: outcome.Unavailable.Code(), wantPlain: "ssh to host node1 failed", wantOps: []string{"premigrate"}},
+		{name: "migration fails: copy fenced, its code kept", pre: ok("premigrate"), failm: ok("failmigrate"), migrateCode: "7", wantCode: 7,
+			wantOps: []string{"premigrate", "migrate-ran", "failmigrate"}},
+		{name: "migration fails, fence fails: said, code kept", pre: ok("premigrate"), failm: fail("failmigrate", "failure"), failmCode: 1, migrateCode: "7", wantCode: 7,
+			wantLog: "ERROR: 42 rbdfence: the migration failed and its copy on node2 may not be fenced: VM 42: rbdfence failmigrate (node1 -> node2) failed: something failure"},
+		{name: "postmigrate fails: migration still succeeded", pre: ok("premigrate"), post: fail("postmigrate", "failure"), wantCode: 0,
+			wantLog: "ERROR: 42 rbdfence: the migration succeeded, but: VM 42: rbdfence postmigrate"},
+		{name: "same host: no window", args: []string{"one-42", "node1", "node1", "42", "node1"}, wantOps: []string{"migrate-ran"}},
+		{name: "admin's migrate_local wrapped", self: "migrate_local-rbdfence", pre: ok("premigrate"), post: ok("postmigrate"),
+			wantOps: []string{"premigrate", "migrate-ran", "postmigrate"}},
+		{name: "wrapped script missing", self: "migrate_gone-rbdfence", wantCode: outcome.Usage.Code(), wantPlain: "is missing", wantOps: nil},
+		{name: "bad stdin", stdin: "%%%", wantCode: outcome.Usage.Code(), wantPlain: "not base64", wantOps: nil},
+		{name: "not a driver action", stdin: base64.StdEncoding.EncodeToString([]byte("<VM><ID>42</ID></VM>")), wantCode: outcome.Usage.Code(), wantPlain: "want <VMM_DRIVER_ACTION_DATA>", wantOps: nil},
+		{name: "bad args", args: []string{"one-42", "-oProxyCommand=x", "node1", "42", "node1"}, wantCode: outcome.Usage.Code(), wantPlain: "not a host name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStub(t, "premigrate", false)
+			remotes := filepath.Join(s.dir, "hostremotes")
+			if err := os.MkdirAll(filepath.Join(remotes, "vmm/kvm"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(remotes, "vmm/kvm/migrate"), []byte(migrateScript), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			s.env.Cfg.OpenNebula.RemoteDir = remotes
+			vmmDir := filepath.Join(s.dir, "frontend", "vmm", "kvm")
+			if err := os.MkdirAll(vmmDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(vmmDir, "migrate_local"), []byte(migrateScript), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			s.respond(t, "premigrate", tc.pre, tc.preCode)
+			s.respond(t, "postmigrate", tc.post, 0)
+			s.respond(t, "failmigrate", tc.failm, tc.failmCode)
+			t.Setenv("MIGRATE_CODE", tc.migrateCode)
+			self := tc.self
+			if self == "" {
+				self = "migrate-rbdfence"
+			}
+			a := tc.args
+			if a == nil {
+				a = args
+			}
+			b64, xml := actionStdin(t)
+			stdin := tc.stdin
+			if stdin == "" {
+				stdin = b64
+			}
+			err := MigrateVMM(t.Context(), s.env, filepath.Join(vmmDir, self), a, strings.NewReader(stdin))
+			code := Exit(err, s.errb)
+			if code != tc.wantCode {
+				t.Fatalf("exit %d, want %d; err %v\nstderr:\n%s", code, tc.wantCode, err, s.errb)
+			}
+			var fe *Error
+			if tc.wantPlain != "" && (!errors.As(err, &fe) || !strings.Contains(fe.Msg, tc.wantPlain)) {
+				t.Fatalf("error %v, want %q", err, tc.wantPlain)
+			}
+			if tc.wantLog != "" && !strings.Contains(s.errb.String(), tc.wantLog) {
+				t.Fatalf("stderr lacks %q:\n%s", tc.wantLog, s.errb)
+			}
+			if strings.Contains(s.errb.String(), "VM 42: VM 42:") {
+				t.Fatalf("doubled prefix:\n%s", s.errb)
+			}
+			var ops []string
+			for _, l := range strings.Split(strings.TrimSpace(s.read("requests")), "\n") {
+				switch {
+				case l == "migrate-ran":
+					ops = append(ops, l)
+				case l != "":
+					ops = append(ops, strings.SplitN(strings.SplitN(l, `"op":"`, 2)[1], `"`, 2)[0])
+				}
+			}
+			if tc.wantOps != nil || len(ops) > 0 && tc.wantPlain != "" {
+				if fmt.Sprint(ops) != fmt.Sprint(tc.wantOps) {
+					t.Fatalf("steps %v, want %v", ops, tc.wantOps)
+				}
+			}
+			if s.read("migrate-which") == "" {
+				return
+			}
+			if got := s.read("migrate-args"); got != strings.Join(a, "\n")+"\n" {
+				t.Fatalf("migrate args %q, want %q", got, a)
+			}
+			wantStdin, wantWhich := xml, filepath.Join(remotes, "vmm/kvm/migrate")
+			if self == "migrate_local-rbdfence" {
+				// A local script gets stdin as the driver gave it.
+				wantStdin, wantWhich = b64, filepath.Join(vmmDir, "migrate_local")
+			}
+			if got := s.read("migrate-stdin"); got != wantStdin {
+				t.Fatalf("migrate stdin %q, want %q", got, wantStdin)
+			}
+			if got := strings.TrimSpace(s.read("migrate-which")); got != wantWhich {
+				t.Fatalf("ran %s, want %s", got, wantWhich)
+			}
+			if self == "migrate-rbdfence" && !strings.Contains(s.read("ssh-argv"), "ForwardAgent=yes") {
+				t.Fatalf("the remote migrate ran without agent forwarding: %s", s.read("ssh-argv"))
+			}
+		})
+	}
+}
