@@ -11,9 +11,11 @@ package engine_test
 // domain runs (internal/fencer/running.go) before a front-end start.
 
 import (
+	"errors"
 	"net/netip"
 
 	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // hookMigrateBegin is the hook's `migrate begin` (internal/hook/run.go, runner.migrate): host step "incoming" asks the
@@ -109,21 +111,27 @@ func (w *world) hookStart(o *stepOut, crash int, h int) (how string, err error) 
 }
 
 // hookRecord is the hook's `started begin`: a fresh mark is cleared; with a
-// window, the instance is recorded in the claim's window (Who.Incoming).
-func (w *world) hookRecord(o *stepOut, crash int, h int) {
+// window, the instance is recorded in the claim's window (Who.Incoming). It
+// reports whether the hook fails the start (internal/hook/run.go, record):
+// the claim refuses the instance (a newer deploy or another host claimed the
+// VM since its prepare), or, failing closed, the instance cannot be recorded.
+func (w *world) hookRecord(o *stepOut, crash int, h int) (refused bool) {
 	var incoming *engine.Window
 	if w.markFresh(h) {
 		incoming = w.hosts[h].markWin
 		w.hosts[h].mark, w.hosts[h].markWin = false, nil
 		if incoming == nil {
 			o.sayf("fresh mark without a window: cleared, not recording")
-			return
+			return false
 		}
 	}
 	w.hosts[h].mark, w.hosts[h].markWin = false, nil
 	if w.hosts[h].cut {
-		o.sayf("Ceph unreachable: not recorded (logged)")
-		return
+		// fence.fail_open false (the default): an instance whose addresses
+		// cannot be recorded does not start (a later start elsewhere could
+		// not fence it once it is invisible).
+		o.sayf("Ceph unreachable: not recorded; fail closed: libvirt stops the domain")
+		return !mutant("ignore-started-refusal")
 	}
 	who := w.who(h, -1, engine.SourceHook)
 	who.Incoming = incoming
@@ -136,4 +144,15 @@ func (w *world) hookRecord(o *stepOut, crash int, h int) {
 	if err == nil {
 		o.sayf("recorded")
 	}
+	switch {
+	case mutant("ignore-started-refusal"):
+	case outcome.Of(err) == outcome.Refused:
+		o.sayf("refused: the hook fails, libvirt stops the domain")
+		return true
+	case errors.Is(err, errCrashed):
+		// A hook that dies exits non-zero: libvirt fails the start.
+		o.sayf("the hook died: libvirt stops the domain")
+		return true
+	}
+	return false
 }

@@ -367,14 +367,20 @@ func (w *world) steps(b bound) []step {
 			add(step{name: fmt.Sprintf("%s QEMU opens the image", mHosts[h]),
 				run: func(w *world, o *stepOut, _ int) {
 					d := w.hosts[h].dom
-					i := w.open(h, d.seq, d.from < 0)
+					// QEMU opens its images at launch, with its vCPUs
+					// paused: the guest writes only after `started begin`
+					// (libvirt resumes the vCPUs after that hook, and a
+					// failing hook stops the domain).
+					i := w.open(h, d.seq, false)
 					w.insts[i].how, w.insts[i].fromMig, w.insts[i].byFE, w.insts[i].winOK = d.how, d.from >= 0, d.byFE, d.winOK
 					w.hosts[h].dom.inst = i
+					// An incoming migration's QEMU is launched with
+					// -incoming: `started begin` runs at launch too, before
+					// the memory transfer and the switchover.
+					w.hosts[h].dom.phase = phStarted
 					if d.from < 0 {
-						w.hosts[h].dom.phase = phStarted
-						o.sayf("q%d writes", i+1)
+						o.sayf("q%d open, vCPUs paused until started", i+1)
 					} else {
-						w.hosts[h].dom.phase = phIncoming
 						o.sayf("q%d open, incoming", i+1)
 					}
 				}})
@@ -399,22 +405,38 @@ func (w *world) steps(b bound) []step {
 						w.f.Hide(in.addr)
 						w.f.Attach(mDisk, in.addr, true)
 					}
-					w.hosts[h].dom.phase = phStarted
+					w.hosts[h].dom.phase = phRunning
 					o.sayf("q%d stops, q%d writes", sd.inst+1, d.inst+1)
+					if d.byFE && w.op.stage == stMigrating && w.op.host == h {
+						w.op.stage = stPostmigrate
+						o.sayf("virsh migrate done: postmigrate next")
+					}
 				}})
 		case phStarted:
 			add(step{name: fmt.Sprintf("%s hook: started begin", mHosts[h]), crashable: true,
 				run: func(w *world, o *stepOut, crash int) {
-					w.hookRecord(o, crash, h)
-					w.hosts[h].dom.phase = phRunning
+					if w.hookRecord(o, crash, h) {
+						w.abortStart(o, h) // libvirt stops the domain
+						return
+					}
 					d := w.hosts[h].dom
+					if d.from >= 0 {
+						w.hosts[h].dom.phase = phIncoming // the switchover comes next
+						return
+					}
+					w.hosts[h].dom.phase = phRunning
+					if in := &w.insts[d.inst]; !in.gone {
+						in.running = true // libvirt resumes the vCPUs
+						if !w.hosts[h].cut && !w.blocklisted(in.addr) {
+							w.f.Hide(in.addr)
+							w.f.Attach(mDisk, in.addr, true)
+						}
+						o.sayf("q%d writes", d.inst+1)
+					}
 					switch {
-					case d.byFE && d.from < 0 && w.op.stage == stCreating && w.op.host == h:
+					case d.byFE && w.op.stage == stCreating && w.op.host == h:
 						w.op, w.lcm = feOp{}, lcmRunning
 						o.sayf("deploy done: oned RUNNING")
-					case d.byFE && d.from >= 0 && w.op.stage == stMigrating && w.op.host == h:
-						w.op.stage = stPostmigrate
-						o.sayf("virsh migrate done: postmigrate next")
 					}
 				}})
 		case phRelease:

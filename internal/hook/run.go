@@ -96,8 +96,7 @@ func Run(ctx context.Context, inv Invocation, o Options) error {
 		r.clear()
 		return nil
 	case ActRecord:
-		r.record(ctx)
-		return nil
+		return r.record(ctx)
 	}
 	return nil
 }
@@ -370,20 +369,27 @@ func (r *runner) clear() {
 
 // record is `started begin`: store the new QEMU's client addresses in the
 // VM's claim, so that a later start elsewhere fences this instance even if
-// it is cut off from Ceph by then. A failure is logged, never fatal.
-func (r *runner) record(ctx context.Context) {
+// it is cut off from Ceph by then. libvirt runs this hook after QEMU opened
+// its images and before it resumes the vCPUs (for an incoming migration,
+// before the memory transfer), and stops the domain when it fails. So it
+// fails the start when the claim refuses this instance (a newer deploy, or
+// another host, claimed the VM after this start's prepare: the newer start
+// fenced before this QEMU had opened anything) and, failing closed, when the
+// addresses cannot be recorded because Ceph cannot be reached. Any other
+// failure is logged.
+func (r *runner) record(ctx context.Context) error {
 	dom, err := r.domain()
 	if err != nil {
 		r.log.WithError(err).Warn("cannot record the started instance")
-		return
+		return nil
 	}
 	if len(dom.Disks) == 0 {
-		return
+		return nil
 	}
 	cfg, err := r.loadConfig()
 	if err != nil {
 		r.log.WithError(err).Warn("cannot record the started instance")
-		return
+		return nil
 	}
 	m := marks(cfg)
 	var incoming *engine.Window
@@ -398,12 +404,12 @@ func (r *runner) record(ctx context.Context) {
 		}
 		if mk.Window == nil {
 			r.log.Debug("incoming migration: not recording; mark cleared")
-			return
+			return nil
 		}
 		incoming = mk.Window
 	}
 	if dom.VMID < 0 {
-		return // no claim for a domain that is not an OpenNebula VM
+		return nil // no claim for a domain that is not an OpenNebula VM
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
 	defer cancel()
@@ -411,8 +417,14 @@ func (r *runner) record(ctx context.Context) {
 	resp := bounded(ctx, cfg, func(ctx context.Context) *hoststep.Response { return fencer.Do(ctx, cfg, req) })
 	r.countRun(cfg, metricRecord, resp, nil)
 	if !resp.OK {
+		switch {
+		case resp.Kind == outcome.Refused:
+			return r.fail(resp.Kind, fmt.Errorf("the VM's claim no longer admits this instance: %s", resp.Error))
+		case resp.Kind == outcome.Unavailable && !cfg.Fence.FailOpen:
+			return r.fail(resp.Kind, fmt.Errorf("cannot record this instance's Ceph clients: %s (fail closed: fence.fail_open is false)", resp.Error))
+		}
 		r.log.WithField("kind", resp.Kind).Warn("cannot record the started instance's addresses in the claim: " + resp.Error)
-		return
+		return nil
 	}
 	var addrs []string
 	if resp.Claim != nil {
@@ -425,4 +437,5 @@ func (r *runner) record(ctx context.Context) {
 		}
 	}
 	r.log.WithField("addrs", strings.Join(addrs, ",")).Info("recorded the started instance")
+	return nil
 }

@@ -127,9 +127,15 @@ func TestRunWithoutCeph(t *testing.T) {
 		{name: "migration of a domain without RBD disks: no mark", steps: []step{
 			{args: "one-42 migrate begin -", xml: domainXML("one-42", false)},
 		}},
-		{name: "started failure is never fatal", steps: []step{
-			{args: "one-42 started begin -", xml: domainXML("one-42", true)},
+		// started fails closed when the instance cannot be recorded (model-A:
+		// an unrecorded instance could not be fenced once it is invisible);
+		// libvirt then stops the domain before its vCPUs run.
+		{name: "started: Ceph unreachable fails closed", steps: []step{
+			{args: "one-42 started begin -", xml: domainXML("one-42", true), wantErr: "cannot record this instance's Ceph clients", kind: outcome.Unavailable},
 			{args: "one-42 started begin -", xml: "<garbage"},
+		}},
+		{name: "started: fail open logs and goes on", cfg: "fence:\n  fail_open: true\n", steps: []step{
+			{args: "one-42 started begin -", xml: domainXML("one-42", true)},
 		}},
 		{name: "bad input stops the start", steps: []step{
 			{args: "one-42 prepare begin -", xml: "<garbage", wantErr: "domain XML", kind: outcome.Usage},
