@@ -13,6 +13,7 @@
 #                                  (and <script>-rbdfence for an admin's local
 #                                  migrate script such as migrate_local, which
 #                                  it wraps)
+#   DIR/var/lib/one/remotes/vmm/kvm/attach-rbdfence      VMM local attach_disk action
 #   DIR/var/lib/one/remotes/rbdfence/rbdfence-host        the host-side binary
 #                                  (onehost sync copies it to /var/tmp/one/rbdfence/)
 #   DIR/var/lib/one/remotes/rbdfence/prestart            the start check, for admins
@@ -21,7 +22,7 @@
 # and prints the change of DIR/etc/one/oned.conf that makes every VM_MAD
 # running the kvm driver (NAME "kvm", "qemu", ...) run the local actions
 # (deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence,
-# merged into the last -l list, the only one the driver reads); --apply
+# attach_disk=attach-rbdfence, merged into the last -l list, the only one the driver reads); --apply
 # makes that edit. A VM_MAD that cannot be covered is named, and --apply
 # then changes nothing.
 #
@@ -91,7 +92,7 @@ CONFIG=$PREFIX/etc/one/rbdfence.yaml
 STATE=$PREFIX/var/lib/rbdfence/install-frontend
 CREATED=$STATE/created
 TM_OPS=(premigrate postmigrate failmigrate)
-OURS="deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence"
+OURS="deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence,attach_disk=attach-rbdfence"
 # Our Go binaries carry this import path (also when stripped).
 MARK="rbdfence/rbdfence/internal/frontend"
 
@@ -222,7 +223,7 @@ write_like() {
 
 install_frontend() {
 	local b
-	for b in deploy-rbdfence restore-rbdfence migrate-rbdfence prestart onedconf-rbdfence; do
+	for b in deploy-rbdfence restore-rbdfence migrate-rbdfence attach-rbdfence prestart onedconf-rbdfence; do
 		[[ -x $bindir/$b ]] || die "$bindir/$b not found: run 'make build' or set RBDFENCE_BIN"
 	done
 	[[ -x $rbdfence_bin ]] || die "$rbdfence_bin not found: run 'make build' or set RBDFENCE_BIN"
@@ -249,6 +250,7 @@ install_frontend() {
 	put "$bindir/deploy-rbdfence" "$VMM/deploy-rbdfence"
 	put "$bindir/restore-rbdfence" "$VMM/restore-rbdfence"
 	put "$bindir/migrate-rbdfence" "$VMM/migrate-rbdfence"
+	put "$bindir/attach-rbdfence" "$VMM/attach-rbdfence"
 	local w
 	for w in ${PLAN_WRAP:-}; do
 		[[ -x $VMM/$w ]] || log "WARNING: the local migrate script vmm/kvm/$w that oned.conf names is missing: migrations will fail until it is back"

@@ -154,7 +154,7 @@ fi
 
 [[ -d $BIN ]] || die "binaries directory $BIN not found: run 'make build' or pass --bin"
 BIN=$(cd "$BIN" && pwd)
-for b in rbdfence rbdfence-hook deploy-rbdfence restore-rbdfence migrate-rbdfence onedconf-rbdfence prestart; do
+for b in rbdfence rbdfence-hook deploy-rbdfence restore-rbdfence migrate-rbdfence attach-rbdfence onedconf-rbdfence prestart; do
 	[[ -f $BIN/$b && -x $BIN/$b ]] || die "$BIN/$b not found: run 'make build' or pass --bin"
 done
 for f in $FORMATS; do

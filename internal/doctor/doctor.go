@@ -192,7 +192,7 @@ func checkWrappers(root string) []Result {
 		out = append(out, Result{Check: name, OK: true, Detail: "installed in " + filepath.Dir(paths[0])})
 	}
 	vmm := filepath.Join(remotes, "vmm/kvm")
-	check("vmm-wrappers", filepath.Join(vmm, frontend.DeployAction), filepath.Join(vmm, frontend.RestoreAction), filepath.Join(vmm, frontend.MigrateAction))
+	check("vmm-wrappers", filepath.Join(vmm, frontend.DeployAction), filepath.Join(vmm, frontend.RestoreAction), filepath.Join(vmm, frontend.MigrateAction), filepath.Join(vmm, frontend.AttachAction))
 	check("host-binary", filepath.Join(remotes, "rbdfence/rbdfence-host"))
 	var left []string
 	for _, op := range []string{"premigrate", "postmigrate", "failmigrate"} {

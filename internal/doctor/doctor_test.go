@@ -11,7 +11,7 @@ import (
 )
 
 func TestCheckVMMAD(t *testing.T) {
-	const ours = "deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence"
+	const ours = "deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence,attach_disk=attach-rbdfence"
 	mad := func(name, args string) string {
 		return "VM_MAD = [\n    NAME = \"" + name + "\",\n    EXECUTABLE = \"one_vmm_exec\",\n    ARGUMENTS = \"" + args + "\",\n]\n"
 	}
@@ -46,7 +46,7 @@ func TestCheckVMMAD(t *testing.T) {
 	vmm := filepath.Join(root, "var/lib/one/remotes/vmm/kvm")
 	os.MkdirAll(vmm, 0o755)
 	os.MkdirAll(filepath.Join(root, "etc/one"), 0o755)
-	os.WriteFile(filepath.Join(root, "etc/one/oned.conf"), []byte(mad("kvm", "kvm -l deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate_local-rbdfence")), 0o644)
+	os.WriteFile(filepath.Join(root, "etc/one/oned.conf"), []byte(mad("kvm", "kvm -l deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate_local-rbdfence,attach_disk=attach-rbdfence")), 0o644)
 	if r := checkVMMAD(root); r.OK || !strings.Contains(r.Detail, "migrate_local-rbdfence") {
 		t.Fatalf("missing wrapper: %+v", r)
 	}
@@ -69,7 +69,7 @@ func TestCheckWrappersTMLeftovers(t *testing.T) {
 	tm := filepath.Join(root, "var/lib/one/remotes/tm/ceph")
 	os.MkdirAll(vmm, 0o755)
 	os.MkdirAll(tm, 0o755)
-	for _, f := range []string{"deploy-rbdfence", "restore-rbdfence", "migrate-rbdfence"} {
+	for _, f := range []string{"deploy-rbdfence", "restore-rbdfence", "migrate-rbdfence", "attach-rbdfence"} {
 		os.WriteFile(filepath.Join(vmm, f), []byte("x"), 0o755)
 	}
 	byName := func() map[string]Result {

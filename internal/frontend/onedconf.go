@@ -12,6 +12,9 @@ const (
 	DeployAction  = "deploy-rbdfence"
 	RestoreAction = "restore-rbdfence"
 	MigrateAction = "migrate" + MigrateSuffix
+	// AttachAction checks and fences a hot-attached disk before
+	// OpenNebula's attach_disk reaches the host (internal/frontend/attach.go).
+	AttachAction = "attach-rbdfence"
 )
 
 // VMMad is one VM_MAD block of oned.conf as far as rbdfence cares.
@@ -338,7 +341,7 @@ func addOurActions(args string) (string, []string, error) {
 		return "", nil, err
 	}
 	if !d.hasLocal {
-		return strings.TrimRight(args, " \t") + " -l deploy=" + DeployAction + ",restore=" + RestoreAction + ",migrate=" + MigrateAction, nil, nil
+		return strings.TrimRight(args, " \t") + " -l deploy=" + DeployAction + ",restore=" + RestoreAction + ",migrate=" + MigrateAction + ",attach_disk=" + AttachAction, nil, nil
 	}
 	items := d.Local
 	var out []string
@@ -347,8 +350,8 @@ func addOurActions(args string) (string, []string, error) {
 	for _, it := range items {
 		text := strings.TrimSpace(it.Text)
 		switch it.Action {
-		case "DEPLOY", "RESTORE":
-			want := map[string]string{"DEPLOY": DeployAction, "RESTORE": RestoreAction}[it.Action]
+		case "DEPLOY", "RESTORE", "ATTACH_DISK":
+			want := map[string]string{"DEPLOY": DeployAction, "RESTORE": RestoreAction, "ATTACH_DISK": AttachAction}[it.Action]
 			if it.Script != want {
 				return "", nil, fmt.Errorf("it already has a local %s action (%s) that rbdfence would replace", strings.ToLower(it.Action), text)
 			}
@@ -371,7 +374,7 @@ func addOurActions(args string) (string, []string, error) {
 		have[it.Action] = true
 		out = append(out, text)
 	}
-	for _, a := range []struct{ name, item string }{{"DEPLOY", "deploy=" + DeployAction}, {"RESTORE", "restore=" + RestoreAction}, {"MIGRATE", "migrate=" + MigrateAction}} {
+	for _, a := range []struct{ name, item string }{{"DEPLOY", "deploy=" + DeployAction}, {"RESTORE", "restore=" + RestoreAction}, {"MIGRATE", "migrate=" + MigrateAction}, {"ATTACH_DISK", "attach_disk=" + AttachAction}} {
 		if !have[a.name] {
 			out = append(out, a.item)
 		}
@@ -406,7 +409,7 @@ func RemoveOurActions(conf []byte) []byte {
 			text := strings.TrimSpace(it.Text)
 			switch {
 			case it.Action == "DEPLOY" && it.Script == DeployAction, it.Action == "RESTORE" && it.Script == RestoreAction,
-				it.Action == "MIGRATE" && it.Script == MigrateAction:
+				it.Action == "MIGRATE" && it.Script == MigrateAction, it.Action == "ATTACH_DISK" && it.Script == AttachAction:
 				continue
 			case it.Action == "MIGRATE" && strings.HasSuffix(it.Script, MigrateSuffix):
 				text = strings.TrimSuffix(text, MigrateSuffix)
@@ -444,7 +447,7 @@ func MigrateScripts(conf []byte) []string {
 }
 
 // CoverageReport says, for doctor, which VM_MADs run the kvm driver and
-// whether each runs rbdfence's three local actions as the driver reads
+// whether each runs rbdfence's four local actions as the driver reads
 // ARGUMENTS. ok is false when one is not covered or none runs kvm.
 func CoverageReport(conf []byte) (ok bool, detail string) {
 	var good, bad []string
@@ -462,6 +465,7 @@ func CoverageReport(conf []byte) (ok bool, detail string) {
 		dep, _ := d.Script("deploy")
 		res, _ := d.Script("restore")
 		mig, _ := d.Script("migrate")
+		att, _ := d.Script("attach_disk")
 		if dep != DeployAction {
 			missing = append(missing, "deploy")
 		}
@@ -470,6 +474,9 @@ func CoverageReport(conf []byte) (ok bool, detail string) {
 		}
 		if !strings.HasSuffix(mig, MigrateSuffix) {
 			missing = append(missing, "migrate")
+		}
+		if att != AttachAction {
+			missing = append(missing, "attach_disk")
 		}
 		if len(missing) > 0 {
 			bad = append(bad, fmt.Sprintf("%q (no rbdfence %s, as the driver reads its last -l)", m.Name, strings.Join(missing, ", ")))

@@ -7,7 +7,7 @@ import (
 	"github.com/rbdfence/rbdfence/test/onedsim"
 )
 
-const ours = "deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence"
+const ours = "deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence,attach_disk=attach-rbdfence"
 
 // confWith is an oned.conf excerpt shaped like share/etc/oned.conf of
 // release-7.4.0: kvm, the "qemu" variant that runs the same kvm driver
@@ -72,10 +72,11 @@ func TestPlanOnedConf(t *testing.T) {
 		{name: "-lLIST", kvm: "kvm -lsave", wantKVM: "kvm -lsave," + ours},
 		{name: "clustered -pl", kvm: "kvm -pl save", wantKVM: "kvm -pl save," + ours},
 		{name: "migrate_local wrapped", kvm: "-t 15 -r 0 kvm -l migrate=migrate_local,save",
-			wantKVM: "-t 15 -r 0 kvm -l migrate=migrate_local-rbdfence,save,deploy=deploy-rbdfence,restore=restore-rbdfence",
+			wantKVM: "-t 15 -r 0 kvm -l migrate=migrate_local-rbdfence,save,deploy=deploy-rbdfence,restore=restore-rbdfence,attach_disk=attach-rbdfence",
 			migrate: "migrate_local-rbdfence", wrapped: "migrate_local"},
 		{name: "already ours", kvm: "-t 15 kvm -l " + ours, wantKVM: "-t 15 kvm -l " + ours},
 		{name: "someone's deploy", kvm: "kvm -l deploy=deploy-tweaks", problem: "local deploy action (deploy=deploy-tweaks)"},
+		{name: "someone's attach_disk", kvm: "kvm -l attach_disk=attach_x", problem: "local attach_disk action (attach_disk=attach_x)"},
 		{name: "bare migrate", kvm: "kvm -l migrate", problem: "runs the migrate script itself"},
 		{name: "driver would not start", kvm: "kvm -l", problem: "would not start the driver"},
 	} {

@@ -124,7 +124,7 @@ func mustInstall(t *testing.T, prefix string, args ...string) result {
 	return r
 }
 
-const ours = "deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence"
+const ours = "deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence,attach_disk=attach-rbdfence"
 
 func TestInstallFrontend(t *testing.T) {
 	const stock = `"-t 15 -r 0 kvm -p"`
@@ -143,7 +143,7 @@ func TestInstallFrontend(t *testing.T) {
 			t.Fatalf("oned.conf changed without --apply: %s", got)
 		}
 		remotes := filepath.Join(p, "var/lib/one/remotes")
-		for _, f := range []string{"vmm/kvm/deploy-rbdfence", "vmm/kvm/restore-rbdfence", "vmm/kvm/migrate-rbdfence", "rbdfence/rbdfence-host", "rbdfence/prestart"} {
+		for _, f := range []string{"vmm/kvm/deploy-rbdfence", "vmm/kvm/restore-rbdfence", "vmm/kvm/migrate-rbdfence", "vmm/kvm/attach-rbdfence", "rbdfence/rbdfence-host", "rbdfence/prestart"} {
 			if st, err := os.Stat(filepath.Join(remotes, f)); err != nil || st.Mode().Perm() != 0o755 {
 				t.Fatalf("%s: %v", f, err)
 			}
@@ -200,7 +200,7 @@ func TestInstallFrontend(t *testing.T) {
 		{"abbreviated --loc", `"-t 15 -r 0 kvm --loc save"`, `ARGUMENTS      = "-t 15 -r 0 kvm --loc save,` + ours + `",`, "migrate-rbdfence"},
 		{"--local=", `"-t 15 -r 0 kvm --local=save"`, `ARGUMENTS      = "-t 15 -r 0 kvm --local=save,` + ours + `",`, "migrate-rbdfence"},
 		{"admin's migrate_local is wrapped", `"-t 15 -r 0 kvm -l migrate=migrate_local"`,
-			`ARGUMENTS      = "-t 15 -r 0 kvm -l migrate=migrate_local-rbdfence,deploy=deploy-rbdfence,restore=restore-rbdfence",`, "migrate_local-rbdfence"},
+			`ARGUMENTS      = "-t 15 -r 0 kvm -l migrate=migrate_local-rbdfence,deploy=deploy-rbdfence,restore=restore-rbdfence,attach_disk=attach-rbdfence",`, "migrate_local-rbdfence"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := frontendTree(t, tc.args, ops...)

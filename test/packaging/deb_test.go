@@ -20,7 +20,7 @@ const (
 	remotes     = "var/lib/one/remotes/"
 	hookWrapper = "etc/libvirt/hooks/qemu.d/10-rbdfence"
 	hookCopy    = "usr/local/libexec/rbdfence/rbdfence-hook"
-	vmMadChange = `+ ARGUMENTS      = "-t 15 -r 0 kvm -p -l deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence",`
+	vmMadChange = `+ ARGUMENTS      = "-t 15 -r 0 kvm -p -l deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence,attach_disk=attach-rbdfence",`
 )
 
 // conffiles returns dpkg's Conffiles field of pkg in r.
@@ -69,6 +69,7 @@ func (r *root) wantFrontend(bin string) {
 	r.wantFile(remotes+"vmm/kvm/deploy-rbdfence", 0o755, readFile(r.t, filepath.Join(bin, "deploy-rbdfence")))
 	r.wantFile(remotes+"vmm/kvm/restore-rbdfence", 0o755, readFile(r.t, filepath.Join(bin, "restore-rbdfence")))
 	r.wantFile(remotes+"vmm/kvm/migrate-rbdfence", 0o755, readFile(r.t, filepath.Join(bin, "migrate-rbdfence")))
+	r.wantFile(remotes+"vmm/kvm/attach-rbdfence", 0o755, readFile(r.t, filepath.Join(bin, "attach-rbdfence")))
 	// OpenNebula's TM scripts are not replaced (migration is a VMM local action).
 	for _, op := range tmOps {
 		r.wantFile(remotes+"tm/ceph/"+op, 0o755, r.orig[remotes+"tm/ceph/"+op])
@@ -88,7 +89,7 @@ func (r *root) wantFrontendUndone() {
 	r.t.Helper()
 	r.wantOriginals("var/lib/one/")
 	r.wantOriginals("etc/one/")
-	gone := []string{remotes + "vmm/kvm/deploy-rbdfence", remotes + "vmm/kvm/restore-rbdfence", remotes + "vmm/kvm/migrate-rbdfence", remotes + "rbdfence",
+	gone := []string{remotes + "vmm/kvm/deploy-rbdfence", remotes + "vmm/kvm/restore-rbdfence", remotes + "vmm/kvm/migrate-rbdfence", remotes + "vmm/kvm/attach-rbdfence", remotes + "rbdfence",
 		"var/lib/rbdfence/install-frontend"}
 	for _, op := range tmOps {
 		gone = append(gone, remotes+"tm/ceph/"+op+".rbdfence-orig")

@@ -27,7 +27,7 @@ import (
 // Binaries in each package, below /usr/lib/rbdfence/bin.
 var (
 	commonBins   = []string{"rbdfence"}
-	frontendBins = []string{"deploy-rbdfence", "restore-rbdfence", "migrate-rbdfence", "onedconf-rbdfence", "prestart"}
+	frontendBins = []string{"deploy-rbdfence", "restore-rbdfence", "migrate-rbdfence", "attach-rbdfence", "onedconf-rbdfence", "prestart"}
 	hostBins     = []string{"rbdfence-hook"}
 	tmOps        = []string{"premigrate", "postmigrate", "failmigrate"}
 )
