@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/collision"
+	"github.com/rbdfence/rbdfence/internal/fencer"
+	"github.com/rbdfence/rbdfence/internal/frontend"
+	"github.com/rbdfence/rbdfence/internal/hostfence"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/opennebula"
+)
+
+// runFenceHost is "fence-host": OpenNebula's HA hook's fence. The host comes
+// from --host, or as host_error.rb hands it to ft/fence_host.sh: the host's
+// XML, base64, on stdin (share/hooks/ft/host_error.rb:207-212 in
+// release-7.4.0). Exit 0 only when the fence is complete.
+func runFenceHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fence-host", flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	hostArg := fs.String("host", "", "the host's NAME or ID (default: its XML, base64, on stdin, as OpenNebula's HA hook sends it)")
+	whole := fs.Bool("whole-address", false, "also blocklist every address of the host as a whole (ip:0/0): every Ceph client there, OSDs included")
+	quiet := fs.Duration("quiet", hostfence.DefaultQuiet, "refuse a host that oned heard from less than this long ago")
+	var addrs listFlag
+	fs.Var(&addrs, "host-addr", "an address the host's Ceph clients use (repeatable; default: its name resolved)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var ips []netip.Addr
+	for _, a := range addrs {
+		ip, err := netip.ParseAddr(a)
+		if err != nil || !ip.IsValid() || ip.IsUnspecified() {
+			return usagef("fence-host: --host-addr %q is not an IP address", a)
+		}
+		ips = append(ips, ip.Unmap())
+	}
+	if *quiet < 0 {
+		return usagef("fence-host: --quiet must not be negative")
+	}
+	hostID := -1
+	if *hostArg == "" {
+		b, err := io.ReadAll(io.LimitReader(stdin, frontend.MaxStdin+1))
+		if err != nil {
+			return usagef("fence-host: reading stdin: %v", err)
+		}
+		doc, err := frontend.DecodeBase64("fence-host", b)
+		if err != nil {
+			return usagef("%v (give --host NAME, or the host's XML base64 on stdin)", err)
+		}
+		h, err := opennebula.ParseHost(doc)
+		if err != nil {
+			return usagef("fence-host: stdin is not a host document: %v", err)
+		}
+		hostID = h.ID
+	}
+	cfg, err := c.load()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	log := newLogger(stderr, cfg, c.verbose)
+	ctx, cancel := bounded(ctx, cfg)
+	defer cancel()
+	fail := func(kind string, err error) error {
+		recordMetrics(cfg, log, hostfence.Op, start, nil, kind)
+		return err
+	}
+	one, err := opennebula.New(cfg.OpenNebula.Endpoint, cfg.OpenNebula.AuthFile, time.Duration(cfg.Timeouts.Oned))
+	if err != nil {
+		return fail(hoststep.KindUsage, &configError{err})
+	}
+	// The state comes from oned now, never from the (older) hook input.
+	var host *opennebula.HostInfo
+	if hostID >= 0 {
+		host, err = one.Host(ctx, hostID)
+	} else {
+		host, err = one.HostByName(ctx, *hostArg)
+	}
+	if err != nil {
+		return fail("oned", fmt.Errorf("fence-host: %w", err))
+	}
+	if err := hostfence.Eligible(host, time.Now(), *quiet); err != nil {
+		return fail(hoststep.KindRefused, err)
+	}
+	vms, err := one.VMsOnHost(ctx, host.Name)
+	if err != nil {
+		return fail("oned", fmt.Errorf("fence-host: listing the VMs on %s: %w", host.Name, err))
+	}
+	run := fencer.RunID()
+	l := log.WithField("op", hostfence.Op).WithField("host", host.Name).WithField("run", run)
+	l.Infof("host %s (%d) is %s: fencing the Ceph clients of %d VM(s)", host.Name, host.ID, opennebula.HostStateName(host.State), len(vms))
+	res, err := hostfence.Run(ctx, cfg, hostfence.Request{Host: host, VMs: vms, HostIPs: ips, WholeAddress: *whole, Run: run})
+	if res == nil {
+		return fail(hoststep.KindUsage, &configError{err})
+	}
+	if err != nil {
+		l.Warn(err.Error()) // the audit log only: the fence itself is in res
+	}
+	for _, v := range res.VMs {
+		vl := l.WithField("vm", v.VM)
+		switch {
+		case v.Error != "":
+			vl.Errorf("VM %d: fence incomplete: %s", v.VM, v.Error)
+		case v.Elsewhere != "":
+			vl.Infof("VM %d: its claim names host %s: its instance there was left alone", v.VM, v.Elsewhere)
+		default:
+			vl.Infof("VM %d: fenced %d client(s): %s", v.VM, len(v.Fenced), strings.Join(v.Fenced, " "))
+		}
+	}
+	for _, w := range res.Whole {
+		l.Warnf("blocklisted the whole address %s (every client on it)", w)
+	}
+	// Events: one per VM (its user template), one summary on the host.
+	if _, perr := collision.Publish(ctx, cfg, hostfence.Events(res)); perr != nil {
+		l.Warnf("VM events: %v", perr)
+	}
+	tpl, line := hostfence.HostSummary(res)
+	if uerr := one.UpdateHostTemplate(ctx, host.ID, tpl); uerr != nil {
+		l.Warnf("host summary event not recorded in oned (%v); it is in the audit log", uerr)
+	}
+	l.Info(line)
+	if c.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(stdout, line)
+	}
+	ferr := res.Err()
+	kind := ""
+	if ferr != nil {
+		kind = hoststep.KindFailure
+	}
+	recordMetrics(cfg, log, hostfence.Op, start, res.Report(), kind)
+	if ferr != nil {
+		return fmt.Errorf("fence-host %s: %w; the VMs must not be rescheduled yet: fix it and run fence-host again", host.Name, ferr)
+	}
+	return nil
+}
