@@ -355,7 +355,7 @@ func HostSummary(res *Result) (tpl, line string) {
 	if res.Err() != nil {
 		outcome = "incomplete"
 	}
-	line = fmt.Sprintf("%s host %s: fenced %d client(s) of %d VM(s) (%d on the host), %d whole address(es), %s, run %s",
+	line = fmt.Sprintf("%s host %s: fenced %d client(s) of %d of the host's %d VM(s), %d whole address(es), %s, run %s",
 		res.Time.Format(events.TimeFormat), res.Host, res.Fenced, vms, len(res.VMs), len(res.Whole), outcome, res.Run)
 	fields := map[string]string{
 		"TIME": res.Time.Format(events.TimeFormat), "RUN": res.Run, "VMS": fmt.Sprint(len(res.VMs)),
