@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -197,7 +198,9 @@ func TestHostFenceHA(t *testing.T) {
 	for _, w := range writers {
 		before[w.addr] = lastWrite(t, w)
 	}
-	r := f.run(rbd, base64.StdEncoding.EncodeToString([]byte(hostDoc)), "fence-host")
+	// As host_error.rb runs it: the installed fence_host.sh (next to the
+	// link to host_error.rb), the host's XML base64 on stdin, no argument.
+	r := f.run(filepath.Join(f.remotes, "hooks/rbdfence/fence_host.sh"), base64.StdEncoding.EncodeToString([]byte(hostDoc)))
 	t.Logf("fence-host took %s\n%s%s", r.took, r.stdout, r.stderr)
 	if r.code != 0 {
 		t.Fatalf("fence-host: exit %d\n%s%s", r.code, r.stdout, r.stderr)
