@@ -94,6 +94,10 @@ type WholeAddressBlocklister interface {
 	BlocklistIP(ctx context.Context, ip netip.Addr, expire time.Duration) error
 }
 
+// hostFenceConcurrency bounds the reads and claim writes of a host fence in
+// flight at once (fence.concurrency when larger).
+const hostFenceConcurrency = 64
+
 // onFailedHost reports whether claim c records an instance on the failed host.
 func onFailedHost(c *Claim, hf HostFence) bool {
 	return sameHost(c, Who{Host: hf.Host, HostIPs: hf.HostIPs})
@@ -114,10 +118,14 @@ func onFailedHost(c *Claim, hf HostFence) bool {
 func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 	res := &HostFenceResult{VMs: make([]HostVMResult, len(hf.VMs))}
 	claims := make([]*Claim, len(hf.VMs))
+	// A host fence is one burst against a failed host's many VMs: it reads,
+	// inspects and writes with more in flight than a single VM's start.
+	wide := *e
+	wide.o.Concurrency = max(e.o.Concurrency, hostFenceConcurrency)
 
 	// 1. Read every claim (no lease: reading never blocks a start).
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, e.o.Concurrency)
+	sem := make(chan struct{}, wide.o.Concurrency)
 	for i, v := range hf.VMs {
 		res.VMs[i] = HostVMResult{VM: v.VM, Seq: v.Seq}
 		wg.Add(1)
@@ -198,14 +206,14 @@ func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 	}
 	r := &Report{Images: []ImageReport{}}
 	if len(ips) > 0 && len(imgs) > 0 {
-		r = e.inspect(ctx, imgs, Scope{Kind: ScopeOnHost, HostIPs: ips}, false)
+		r = wide.inspect(ctx, imgs, Scope{Kind: ScopeOnHost, HostIPs: ips}, false)
 	}
 	// Every entry of a host fence is proposed at once: the monitors commit
 	// concurrent additions together instead of one proposal per round.
-	wide := *e
-	wide.o.Concurrency = max(e.o.Concurrency, len(extra)+len(imgs)*2, 1)
+	all := wide
+	all.o.Concurrency = max(wide.o.Concurrency, len(extra)+len(imgs)*2)
 	if len(extra) > 0 || len(r.Images) > 0 {
-		wide.fence(ctx, r, extra)
+		all.fence(ctx, r, extra)
 	}
 	if whole {
 		e.confirmWhole(ctx, res.Whole)

@@ -196,13 +196,27 @@ func run(t testenv.T, nVM, nDisk, nLive, nRep int) error {
 		}
 		after := c.BlocklistEntries(t)
 		want := map[string]bool{}
+		var missing []string
 		for v := range claims {
 			for _, a := range claims[v].Addrs {
 				want[a.String()] = true
 				if _, ok := after[a.String()]; !ok {
-					return fmt.Errorf("recorded instance %s of VM %d not blocklisted", a, base+v)
+					missing = append(missing, fmt.Sprintf("%s (VM %d)", a, base+v))
 				}
 			}
+		}
+		if len(missing) > 0 {
+			time.Sleep(3 * time.Second)
+			later := c.BlocklistEntries(t)
+			still := 0
+			for v := range claims {
+				for _, a := range claims[v].Addrs {
+					if _, ok := later[a.String()]; !ok {
+						still++
+					}
+				}
+			}
+			return fmt.Errorf("%d recorded instance(s) not blocklisted (%d still after 3 s): %s; fence-host said:\n%s%s", len(missing), still, strings.Join(missing, ", "), stdout.String(), stderr.String())
 		}
 		for a := range after {
 			if _, old := before[a]; !old && !want[a] {
