@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,12 +11,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/collision"
-	"github.com/rbdfence/rbdfence/internal/fencer"
 	"github.com/rbdfence/rbdfence/internal/frontend"
 	"github.com/rbdfence/rbdfence/internal/hostfence"
-	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/opennebula"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // runFenceHost is "fence-host": OpenNebula's HA hook's fence. The host comes
@@ -69,13 +70,22 @@ func runFenceHost(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	log := newLogger(stderr, cfg, c.verbose)
 	ctx, cancel := bounded(ctx, cfg)
 	defer cancel()
-	fail := func(kind string, err error) error {
-		recordMetrics(cfg, log, hostfence.Op, start, nil, kind)
+	fail := func(err error) error {
+		recordMetrics(cfg, log, hostfence.Op, start, nil, outcome.Of(err))
 		return err
+	}
+	onedErr := func(what string, err error) error {
+		switch {
+		case errors.Is(err, opennebula.ErrUnreachable), errors.Is(err, opennebula.ErrAuthentication):
+			return outcome.Errorf(outcome.Unavailable, "fence-host: %s: %w", what, err)
+		case errors.Is(err, opennebula.ErrNotFound):
+			return outcome.Errorf(outcome.Usage, "fence-host: %s: %w", what, err)
+		}
+		return fmt.Errorf("fence-host: %s: %w", what, err)
 	}
 	one, err := opennebula.New(cfg.OpenNebula.Endpoint, cfg.OpenNebula.AuthFile, time.Duration(cfg.Timeouts.Oned))
 	if err != nil {
-		return fail(hoststep.KindUsage, &configError{err})
+		return fail(&configError{err})
 	}
 	// The state comes from oned now, never from the (older) hook input.
 	var host *opennebula.HostInfo
@@ -85,21 +95,21 @@ func runFenceHost(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		host, err = one.HostByName(ctx, *hostArg)
 	}
 	if err != nil {
-		return fail("oned", fmt.Errorf("fence-host: %w", err))
+		return fail(onedErr("reading the host", err))
 	}
 	if err := hostfence.Eligible(host, time.Now(), *quiet); err != nil {
-		return fail(hoststep.KindRefused, err)
+		return fail(err)
 	}
 	vms, err := one.VMsOnHost(ctx, host.Name)
 	if err != nil {
-		return fail("oned", fmt.Errorf("fence-host: listing the VMs on %s: %w", host.Name, err))
+		return fail(onedErr("listing the VMs on "+host.Name, err))
 	}
-	run := fencer.RunID()
+	run := audit.NewRunID()
 	l := log.WithField("op", hostfence.Op).WithField("host", host.Name).WithField("run", run)
 	l.Infof("host %s (%d) is %s: fencing the Ceph clients of %d VM(s)", host.Name, host.ID, opennebula.HostStateName(host.State), len(vms))
 	res, err := hostfence.Run(ctx, cfg, hostfence.Request{Host: host, VMs: vms, HostIPs: ips, WholeAddress: *whole, Run: run})
 	if res == nil {
-		return fail(hoststep.KindUsage, &configError{err})
+		return fail(&configError{err})
 	}
 	if err != nil {
 		l.Warn(err.Error()) // the audit log only: the fence itself is in res
@@ -137,11 +147,7 @@ func runFenceHost(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		fmt.Fprintln(stdout, line)
 	}
 	ferr := res.Err()
-	kind := ""
-	if ferr != nil {
-		kind = hoststep.KindFailure
-	}
-	recordMetrics(cfg, log, hostfence.Op, start, res.Report(), kind)
+	recordMetrics(cfg, log, hostfence.Op, start, res.Report(), outcome.Of(ferr))
 	if ferr != nil {
 		return fmt.Errorf("fence-host %s: %w; the VMs must not be rescheduled yet: fix it and run fence-host again", host.Name, ferr)
 	}

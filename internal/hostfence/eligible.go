@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/opennebula"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // DefaultQuiet is how long a host must have been silent (no monitoring
@@ -23,6 +24,9 @@ type RefusedError struct {
 	HostID int
 	Reason string
 }
+
+// Outcome is outcome.Refused (exit 4): nothing was fenced.
+func (e *RefusedError) Outcome() outcome.Kind { return outcome.Refused }
 
 func (e *RefusedError) Error() string {
 	return fmt.Sprintf("host %s (%d) not fenced: %s", e.Host, e.HostID, e.Reason)
