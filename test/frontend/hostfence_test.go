@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -302,5 +303,79 @@ func TestHostFenceHA(t *testing.T) {
 	}
 	if strings.Count(r.stdout, "unfenced ") != 4 {
 		t.Errorf("unfence --host removed other entries too:\n%s", r.stdout)
+	}
+}
+
+// TestHostFenceWholeAddress: by default fence-host blocklists exact client
+// instances only: another Ceph client on the failed host that belongs to no
+// VM of it (on a hyper-converged host: an OSD) keeps working. With
+// --whole-address the host's address is blocklisted as a whole (ip:0/0) and
+// that client is cut off too; a client on host B is never touched. unfence
+// --host removes the whole-address entry as well.
+func TestHostFenceWholeAddress(t *testing.T) {
+	f := setup(t)
+	a, b := f.hs.A, f.hs.B
+	f.extra = fmt.Sprintf("ceph:\n  mon_host: %s\n  user: %s\n  keyring: %s\nfence:\n  expire: 2h\n", f.ceph.Mon, f.ceph.User, f.ceph.Keyring)
+	f.writeConfig()
+	whole := a.IP + ":0/0"
+	t.Cleanup(func() { // never leave the shared test host cut off
+		_ = exec.Command("ceph", "-c", f.ceph.AdminConf, "osd", "blocklist", "rm", whole).Run()
+	})
+	f.sim.PutHost(onedsim.Host{ID: 1, Name: a.Name, State: onedsim.HostMonitored, LastMonitored: time.Now()})
+	id, specs := f.newVM(a.Name, 2, "persistent")
+	f.place(id, a.Name, 1, 2, onedsim.LCMBoot, specs)
+	if r := f.deployOn(id, 2, a, specs, "write"); r.code != 0 {
+		t.Fatalf("deploy on %s: exit %d\n%s", a, r.code, r.stderr)
+	}
+	writer := f.standIns()[0]
+	waitWrites(t, writer, true, 0, 30*time.Second)
+	// Not a client of the VM: another writer on host A, and one on host B.
+	other := testenv.StartZombieOn(t, f.ceph, a, f.ceph.NewImage(t, "hf-other"), "write")
+	onB := testenv.StartZombieOn(t, f.ceph, b, f.ceph.NewImage(t, "hf-onb"), "write")
+	other.WaitWrite(t, true, 30*time.Second)
+	onB.WaitWrite(t, true, 30*time.Second)
+	f.sim.PutHost(onedsim.Host{ID: 1, Name: a.Name, State: onedsim.HostOffline, LastMonitored: time.Now().Add(-time.Hour)})
+	rbd := testenv.Bin(t, "rbdfence")
+
+	n := lastWrite(t, writer)
+	if r := f.run(rbd, "", "fence-host", "--host", a.Name); r.code != 0 {
+		t.Fatalf("fence-host: exit %d\n%s", r.code, r.stderr)
+	}
+	if ev := waitWrites(t, writer, false, n, 30*time.Second); ev.Errno != 108 {
+		t.Fatalf("the VM's writer: errno %d", ev.Errno)
+	}
+	bl := f.ceph.BlocklistEntries(t)
+	if _, ok := bl[whole]; ok {
+		t.Fatalf("%s blocklisted without --whole-address", whole)
+	}
+	if _, ok := bl[other.Addr]; ok {
+		t.Fatalf("the other client %s on %s was fenced by an exact fence", other.Addr, a)
+	}
+	for i := 0; i < 3; i++ {
+		other.WaitWrite(t, true, 30*time.Second)
+	}
+
+	r := f.run(rbd, "", "fence-host", "--host", a.Name, "--whole-address", "--json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"whole_address": [`) || !strings.Contains(r.stdout, whole) {
+		t.Fatalf("fence-host --whole-address: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if _, ok := f.ceph.BlocklistEntries(t)[whole]; !ok {
+		t.Fatalf("%s is not in the blocklist", whole)
+	}
+	if ev := other.WaitWrite(t, false, 30*time.Second); ev.Errno != 108 {
+		t.Fatalf("the other client on %s after --whole-address: errno %d (%s), want 108", a, ev.Errno, ev.Error)
+	}
+	for i := 0; i < 3; i++ {
+		onB.WaitWrite(t, true, 30*time.Second) // host B is not touched
+	}
+	if _, ok := f.ceph.BlocklistEntries(t)[onB.Addr]; ok {
+		t.Fatalf("the client on %s was blocklisted", b)
+	}
+	r = f.run(rbd, "", "unfence", "--host", a.Name, "--yes", "--id", f.ceph.RMUser, "--keyring", f.ceph.RMUserKeyring)
+	if r.code != 0 || !strings.Contains(r.stdout, "unfenced "+whole) {
+		t.Fatalf("unfence --host: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if _, ok := f.ceph.BlocklistEntries(t)[whole]; ok {
+		t.Fatalf("%s still blocklisted after unfence --host", whole)
 	}
 }
