@@ -106,6 +106,7 @@ func runFenceHost(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	}
 	run := audit.NewRunID()
 	l := log.WithField("op", hostfence.Op).WithField("host", host.Name).WithField("run", run)
+	l.Debugf("oned: host and %d VM(s) read in %s", len(vms), time.Since(start).Round(time.Millisecond))
 	l.Infof("host %s (%d) is %s: fencing the Ceph clients of %d VM(s)", host.Name, host.ID, opennebula.HostStateName(host.State), len(vms))
 	res, err := hostfence.Run(ctx, cfg, hostfence.Request{Host: host, VMs: vms, HostIPs: ips, WholeAddress: *whole, Run: run})
 	if res == nil {
@@ -123,6 +124,11 @@ func runFenceHost(ctx context.Context, args []string, stdin io.Reader, stdout, s
 			vl.Infof("VM %d: its claim names host %s: its instance there was left alone", v.VM, v.Elsewhere)
 		default:
 			vl.Infof("VM %d: fenced %d client(s): %s", v.VM, len(v.Fenced), strings.Join(v.Fenced, " "))
+		}
+	}
+	for _, c := range res.Clusters {
+		if c.Result != nil {
+			l.Debugf("cluster %s: took %v ms", c.Monitors, c.Result.Took)
 		}
 	}
 	for _, w := range res.Whole {

@@ -66,6 +66,10 @@ type HostFenceResult struct {
 	Whole  []ClientReport `json:"whole,omitempty"`
 	Fenced int            `json:"fenced"`
 	Errors int            `json:"errors"`
+	// Took is how long each phase took, in milliseconds: "claims" (read),
+	// "inspect", "fence" (blocklist, OSD map wait, lock breaks), "mark"
+	// (claims written).
+	Took map[string]int64 `json:"took_ms"`
 }
 
 // Err returns nil when every client was fenced and every claim written.
@@ -116,7 +120,13 @@ func onFailedHost(c *Claim, hf HostFence) bool {
 // again. Nothing is decided by the hook's or the front-end's claim window: an
 // open migration window is closed.
 func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
-	res := &HostFenceResult{VMs: make([]HostVMResult, len(hf.VMs))}
+	res := &HostFenceResult{VMs: make([]HostVMResult, len(hf.VMs)), Took: map[string]int64{}}
+	t0 := e.now()
+	lap := func(phase string) {
+		now := e.now()
+		res.Took[phase] = now.Sub(t0).Milliseconds()
+		t0 = now
+	}
 	claims := make([]*Claim, len(hf.VMs))
 	// A host fence is one burst against a failed host's many VMs: it reads,
 	// inspects and writes with more in flight than a single VM's start.
@@ -142,6 +152,7 @@ func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 		}(i, v)
 	}
 	wg.Wait()
+	lap("claims")
 
 	// 2. The host's addresses: given, and those its claims record.
 	ips := append([]netip.Addr(nil), hf.HostIPs...)
@@ -208,6 +219,7 @@ func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 	if len(ips) > 0 && len(imgs) > 0 {
 		r = wide.inspect(ctx, imgs, Scope{Kind: ScopeOnHost, HostIPs: ips}, false)
 	}
+	lap("inspect")
 	// Every entry of a host fence is proposed at once: the monitors commit
 	// concurrent additions together instead of one proposal per round.
 	all := wide
@@ -218,6 +230,7 @@ func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 	if whole {
 		e.confirmWhole(ctx, res.Whole)
 	}
+	lap("fence")
 
 	// 5. Split the report by VM.
 	for i := range hf.VMs {
@@ -262,6 +275,7 @@ func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 		}(i, v)
 	}
 	wg.Wait()
+	lap("mark")
 
 	for _, v := range res.VMs {
 		if v.Error != "" {

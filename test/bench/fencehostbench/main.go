@@ -161,7 +161,7 @@ func run(t testenv.T, nVM, nDisk, nLive, nRep int) error {
 
 		// fence-host, as host_error.rb runs ft/fence_host.sh.
 		doc, _ := sim.HostXML(9)
-		cmd := exec.Command(rbd, "fence-host", "--config", cfg, "--host-addr", failedIP)
+		cmd := exec.Command(rbd, "fence-host", "--config", cfg, "--host-addr", failedIP, "-v")
 		cmd.Stdin = strings.NewReader(base64.StdEncoding.EncodeToString([]byte(doc)))
 		var stderr, stdout bytes.Buffer
 		cmd.Stderr, cmd.Stdout = &stderr, &stdout
@@ -229,10 +229,21 @@ func run(t testenv.T, nVM, nDisk, nLive, nRep int) error {
 			res.lastBlocked = blocked[len(blocked)-1]
 		}
 		results = append(results, res)
-		fmt.Printf("rep %d: %d client instances fenced (%d live writers): last writer blocked %.2f s, fence-host exit %.2f s\n",
-			r+1, len(want), len(zs), res.lastBlocked.Seconds(), exit.Seconds())
+		phases := ""
+		for _, l := range strings.Split(stderr.String(), "\n") {
+			if strings.Contains(l, "read in") || strings.Contains(l, "took map") {
+				if i := strings.Index(l, "msg=\""); i >= 0 {
+					phases += " [" + strings.SplitN(l[i+5:], "\"", 2)[0] + "]"
+				}
+			}
+		}
+		fmt.Printf("rep %d: %d client instances fenced (%d live writers): last writer blocked %.2f s, fence-host exit %.2f s;%s\n",
+			r+1, len(want), len(zs), res.lastBlocked.Seconds(), exit.Seconds(), phases)
 		for _, z := range zs {
 			z.Stop()
+		}
+		for v := 0; v < nVM; v++ {
+			sim.RemoveVM(base + v) // the next repetition's host has only its own VMs
 		}
 	}
 	med := func(f func(rep) time.Duration) time.Duration {
