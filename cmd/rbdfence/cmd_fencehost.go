@@ -13,7 +13,6 @@ import (
 
 	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/collision"
-	"github.com/rbdfence/rbdfence/internal/frontend"
 	"github.com/rbdfence/rbdfence/internal/hostfence"
 	"github.com/rbdfence/rbdfence/internal/opennebula"
 	"github.com/rbdfence/rbdfence/internal/outcome"
@@ -48,17 +47,9 @@ func runFenceHost(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	}
 	hostID := -1
 	if *hostArg == "" {
-		b, err := io.ReadAll(io.LimitReader(stdin, frontend.MaxStdin+1))
+		h, err := hostfence.ReadHookInput(stdin)
 		if err != nil {
-			return usagef("fence-host: reading stdin: %v", err)
-		}
-		doc, err := frontend.DecodeBase64("fence-host", b)
-		if err != nil {
-			return usagef("%v (give --host NAME, or the host's XML base64 on stdin)", err)
-		}
-		h, err := opennebula.ParseHost(doc)
-		if err != nil {
-			return usagef("fence-host: stdin is not a host document: %v", err)
+			return usagef("%v (or give --host NAME)", err)
 		}
 		hostID = h.ID
 	}
