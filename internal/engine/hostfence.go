@@ -310,7 +310,7 @@ func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 func (e *Engine) writeFenced(ctx context.Context, hf HostFence, v HostVM, r *Report) (*Claim, string, error) {
 	w := Who{VM: v.VM, Seq: v.Seq, Host: hf.Host, Source: SourceHostFence, Run: hf.Run, Pool: hf.Pool}
 	elsewhere := ""
-	c, err := e.txn(ctx, w, func(prev *Claim) (*Claim, error) {
+	c, err := e.txn(ctx, w, func(prev *Claim, _ stillOurs) (*Claim, error) {
 		if prev != nil && !onFailedHost(prev, hf) {
 			elsewhere = prev.Host
 			return nil, nil
