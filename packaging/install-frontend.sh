@@ -18,6 +18,13 @@
 #                                  (onehost sync copies it to /var/tmp/one/rbdfence/)
 #   DIR/var/lib/one/remotes/rbdfence/prestart            the start check, for admins
 #   DIR/var/lib/one/remotes/rbdfence/onedconf-rbdfence   reads and edits VM_MAD ARGUMENTS
+#   DIR/var/lib/one/remotes/hooks/rbdfence/fence_host.sh  the HA hook's fence:
+#                                  runs rbdfence fence-host (OpenNebula's own
+#                                  hooks/ft/ files are not touched)
+#   DIR/var/lib/one/remotes/hooks/rbdfence/host_error.rb  a symlink to OpenNebula's
+#                                  ../ft/host_error.rb, which runs the
+#                                  fence_host.sh next to it (host_error.rb:50)
+#   DIR/var/lib/one/remotes/hooks/rbdfence/host_error.hook  the onehook template
 #   DIR/etc/one/rbdfence.yaml                            a default config, if none
 # and prints the change of DIR/etc/one/oned.conf that makes every VM_MAD
 # running the kvm driver (NAME "kvm", "qemu", ...) run the local actions
@@ -87,6 +94,7 @@ REMOTES=$PREFIX/var/lib/one/remotes
 VMM=$REMOTES/vmm/kvm
 TM=$REMOTES/tm/ceph
 RBD=$REMOTES/rbdfence
+HOOKS=$REMOTES/hooks/rbdfence
 ONED_CONF=$PREFIX/etc/one/oned.conf
 CONFIG=$PREFIX/etc/one/rbdfence.yaml
 STATE=$PREFIX/var/lib/rbdfence/install-frontend
@@ -111,6 +119,48 @@ fence:
   # unreachable). true: log it and let the start go on.
   fail_open: false
 EOF
+}
+
+# fence_host_script: OpenNebula's HA hook (share/hooks/ft/host_error.rb:50
+# and :207-212 in release-7.4.0) runs the fence_host.sh next to it with the
+# host's XML, base64, on stdin, and reschedules only on exit 0.
+fence_host_script() {
+	cat <<'EOF'
+#!/bin/bash
+# rbdfence: the host fence of OpenNebula's HA hook (installed by install.sh
+# frontend). host_error.rb pipes the failed host's XML, base64, on stdin;
+# rbdfence fence-host re-reads the host from oned, refuses a host that is not
+# in ERROR/OFFLINE or still reports, blocklists every Ceph client of its VMs
+# and exits 0 only when that is complete. Needs Ceph access on this machine
+# (ceph.* in /etc/one/rbdfence.yaml, a keyring readable by oneadmin).
+here=$(cd "$(dirname "$0")" && pwd)
+exec "$here/../../rbdfence/rbdfence-host" fence-host "$@"
+EOF
+}
+
+# host_error_hook: the onehook template that runs the HA hook from our
+# directory (COMMAND is relative to remotes/hooks: src/hm/ExecuteHook.cc:41).
+host_error_hook() {
+	cat <<'EOF'
+NAME            = host_error_rbdfence
+TYPE            = state
+COMMAND         = rbdfence/host_error.rb
+ARGUMENTS       = "$TEMPLATE -m -p 2"
+ARGUMENTS_STDIN = yes
+RESOURCE        = HOST
+STATE           = ERROR
+REMOTE          = no
+EOF
+}
+
+# put_text NAME DST MODE: write the output of function NAME as DST.
+put_text() {
+	local fn=$1 dst=$2 mode=$3
+	[[ -e $dst || -L $dst ]] || record "$dst"
+	"$fn" >"$dst.rbdfence-new"
+	chmod "$mode" "$dst.rbdfence-new"
+	chown --reference="$(dirname "$dst")" "$dst.rbdfence-new" 2>/dev/null || true
+	mv -f "$dst.rbdfence-new" "$dst"
 }
 
 # ---------------------------------------------------------------- state ---
@@ -282,6 +332,18 @@ install_frontend() {
 	put "$bindir/prestart" "$RBD/prestart"
 	put "$bindir/onedconf-rbdfence" "$RBD/onedconf-rbdfence"
 
+	# The HA hook's fence (HA without a BMC): our directory next to
+	# OpenNebula's hooks/ft, which stays as it is.
+	ensure_dir "$HOOKS"
+	put_text fence_host_script "$HOOKS/fence_host.sh" 0755
+	put_text host_error_hook "$HOOKS/host_error.hook" 0644
+	if [[ ! -L $HOOKS/host_error.rb ]]; then
+		[[ -e $HOOKS/host_error.rb ]] && die "$HOOKS/host_error.rb exists and is not our symlink: move it away, then run this again"
+		ln -s ../ft/host_error.rb "$HOOKS/host_error.rb"
+		record "$HOOKS/host_error.rb"
+	fi
+	[[ -e $REMOTES/hooks/ft/host_error.rb ]] || log "no $REMOTES/hooks/ft/host_error.rb (OpenNebula's HA hook): the host fence is installed but cannot run before it is there"
+
 	# A default config if there is none.
 	if [[ ! -e $CONFIG ]]; then
 		ensure_dir "$(dirname "$CONFIG")"
@@ -337,6 +399,8 @@ install_frontend() {
 	echo "  - run 'onehost sync --force' as oneadmin: it copies rbdfence-host to /var/tmp/one/rbdfence/ on every host"
 	echo "  - on every KVM host: install.sh host (the libvirt hook)"
 	echo "  - check with 'rbdfence doctor --role frontend'"
+	echo "  - optional, HA without a BMC (README: Host failure): give this front-end Ceph access, then"
+	echo "    as oneadmin: onehook create $HOOKS/host_error.hook"
 }
 
 # ------------------------------------------------------------- uninstall --

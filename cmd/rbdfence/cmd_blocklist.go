@@ -18,6 +18,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/fencer"
+	"github.com/rbdfence/rbdfence/internal/hostfence"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
 
@@ -141,6 +142,7 @@ func runUnfence(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	var c common
 	c.register(fs)
 	vm := fs.Int("vm", -1, "remove every entry rbdfence added for this VM")
+	host := fs.String("host", "", "remove every entry fence-host added for this host (once it is repaired)")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	var addrArg string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -149,8 +151,14 @@ func runUnfence(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if (addrArg == "") == (*vm < 0) {
-		return usagef("unfence: give exactly one of ADDRESS or --vm ID")
+	given := 0
+	for _, g := range []bool{addrArg != "", *vm >= 0, *host != ""} {
+		if g {
+			given++
+		}
+	}
+	if given != 1 {
+		return usagef("unfence: give exactly one of ADDRESS, --vm ID or --host NAME")
 	}
 	var want engine.Addr
 	if addrArg != "" {
@@ -171,9 +179,15 @@ func runUnfence(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if err != nil {
 		return err
 	}
+	var fencedHost map[string]bool
+	if *host != "" {
+		if fencedHost, err = hostFenced(cfg, *host); err != nil {
+			return err
+		}
+	}
 	var targets []entry
 	for _, e := range es {
-		if (addrArg != "" && e.Address == want.String()) || (*vm >= 0 && e.Ours && e.VM == *vm) {
+		if (addrArg != "" && e.Address == want.String()) || (*vm >= 0 && e.Ours && e.VM == *vm) || fencedHost[e.Address] {
 			targets = append(targets, e)
 		}
 	}
@@ -208,6 +222,22 @@ func runUnfence(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		fmt.Fprintln(stderr, "rbdfence: unfence events:", err)
 	}
 	return nil
+}
+
+// hostFenced returns the addresses fence-host blocklisted for host (by any
+// of its runs, whatever fenced them again since), from the audit log.
+func hostFenced(cfg *config.Config, host string) (map[string]bool, error) {
+	recs, _, err := audit.Read(cfg.AuditLog)
+	if err != nil {
+		return nil, fmt.Errorf("audit log %s: %w", cfg.AuditLog, err)
+	}
+	out := map[string]bool{}
+	for _, r := range recs {
+		if r.Op == hostfence.Op && r.Result == "ok" && strings.EqualFold(r.Host, host) {
+			out[r.Address] = true
+		}
+	}
+	return out, nil
 }
 
 // isTerminal reports whether r (a reader or writer) is a terminal.

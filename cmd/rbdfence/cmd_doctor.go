@@ -7,11 +7,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
+	"sort"
 
+	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/doctor"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/fencer"
+	"github.com/rbdfence/rbdfence/internal/hostfence"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
 
@@ -39,6 +43,57 @@ func (p cephProbe) ReadProbe(ctx context.Context, pool string) error {
 
 func (p cephProbe) CanBlocklist(ctx context.Context) error { return p.s.Cluster.CanBlocklist(ctx) }
 func (p cephProbe) Close()                                 { p.s.Close() }
+
+// liveHostFences: the hosts whose fence-host entries are still in the
+// blocklist (from the audit log of this machine).
+func liveHostFences(ctx context.Context, cfg *config.Config) ([]doctor.HostFence, error) {
+	recs, _, err := audit.Read(cfg.AuditLog)
+	if err != nil {
+		return nil, fmt.Errorf("audit log %s: %w", cfg.AuditLog, err)
+	}
+	byAddr := map[string][]string{}
+	for _, r := range recs {
+		if r.Op == hostfence.Op && r.Result == "ok" && !slices.Contains(byAddr[r.Address], r.Host) {
+			byAddr[r.Address] = append(byAddr[r.Address], r.Host)
+		}
+	}
+	if len(byAddr) == 0 {
+		return nil, nil
+	}
+	opts, err := fencer.EngineOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s, err := fencer.Open(ctx, fencer.Access(cfg, vmdisk.Disk{}), opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	list, err := s.Cluster.BlocklistList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hosts := map[string]*doctor.HostFence{}
+	var out []doctor.HostFence
+	for _, e := range list {
+		for _, h := range byAddr[e.Addr] {
+			hf := hosts[h]
+			if hf == nil {
+				hf = &doctor.HostFence{Host: h}
+				hosts[h] = hf
+			}
+			hf.Entries++
+			if e.Until.After(hf.Until) {
+				hf.Until = e.Until
+			}
+		}
+	}
+	for _, hf := range hosts {
+		out = append(out, *hf)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
+	return out, nil
+}
 
 var errDoctor = errors.New("doctor found problems")
 
@@ -81,6 +136,9 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 				return nil, err
 			}
 			return cephProbe{s: s, cfg: cfg}, nil
+		}
+		o.HostFences = func(ctx context.Context) ([]doctor.HostFence, error) {
+			return liveHostFences(ctx, cfg)
 		}
 		var cancel context.CancelFunc
 		ctx, cancel = bounded(ctx, cfg)

@@ -28,7 +28,11 @@ verbs:
   events [--vm ID] [--since T] [--json]   list lock-collision events of all VMs (from oned)
   events flush                      deliver the spooled events to oned
   blocklist ls [--all]              blocklist entries rbdfence added (VM, image, expiry, time left)
-  unfence ADDRESS | --vm ID [--yes] remove our blocklist entries (needs the blocklistop=rm cap)
+  unfence ADDRESS | --vm ID | --host NAME [--yes]  remove our blocklist entries (needs the blocklistop=rm cap)
+  fence-host [--host NAME|ID] [--whole-address] [--host-addr IP] [--quiet 2m]
+                                    HA hook fence: blocklist every Ceph client of the VMs on a failed
+                                    host (ERROR/OFFLINE, silent); without --host, the host's XML
+                                    base64 on stdin (OpenNebula's ft/fence_host.sh contract)
   doctor [--role auto|host|frontend|all] [--root DIR]  check config, Ceph caps, hook, wrappers, VM_MAD, oned
   version                           print the version
 
@@ -78,6 +82,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runBlocklist(ctx, args[1:], stdout, stderr)
 	case "unfence":
 		err = runUnfence(ctx, args[1:], stdin, stdout, stderr)
+	case "fence-host":
+		err = runFenceHost(ctx, args[1:], stdin, stdout, stderr)
 	case "doctor":
 		err = runDoctor(ctx, args[1:], stdout, stderr)
 	case "version", "--version":

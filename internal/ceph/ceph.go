@@ -428,6 +428,11 @@ func (c *Cluster) Blocklist(ctx context.Context, a engine.Addr, expire time.Dura
 	if !a.Exact() {
 		return fmt.Errorf("refusing to blocklist %s: not one client instance", a)
 	}
+	return c.addBlocklist(ctx, a, expire)
+}
+
+// addBlocklist sends "osd blocklist add" for a (exact or whole address).
+func (c *Cluster) addBlocklist(ctx context.Context, a engine.Addr, expire time.Duration) error {
 	_, err := call(ctx, func() (struct{}, error) {
 		_, info, err := c.conn.MonCommand(blocklistCmd("osd blocklist", "blocklistop", a, expire))
 		if err != nil && Errno(err) == int(syscall.EINVAL) && strings.Contains(info, "command") {

@@ -47,6 +47,17 @@ type Options struct {
 	Host       bool
 	// Connect opens the Ceph connection (nil: skip the Ceph checks).
 	Connect func(ctx context.Context, cfg *config.Config) (Ceph, error)
+	// HostFences lists the hosts with live fence-host entries (nil: not
+	// shown). Shown with the front-end checks: it is informational.
+	HostFences func(ctx context.Context) ([]HostFence, error)
+}
+
+// HostFence is a host that fence-host fenced and whose entries are still
+// in the blocklist.
+type HostFence struct {
+	Host    string
+	Entries int
+	Until   time.Time // the latest expiry
 }
 
 // Roles guesses the roles of this machine from what is installed under root.
@@ -95,6 +106,9 @@ func Run(ctx context.Context, o Options) []Result {
 		out = append(out, checkWrappers(o.Root)...)
 		out = append(out, checkVMMAD(o.Root))
 		out = append(out, checkOned(ctx, cfg))
+		if o.HostFences != nil {
+			out = append(out, checkHostFences(ctx, o.HostFences))
+		}
 	}
 	return out
 }
@@ -123,6 +137,29 @@ func days(d time.Duration) string {
 		return fmt.Sprintf("%dd", d/(24*time.Hour))
 	}
 	return d.String()
+}
+
+// checkHostFences shows the hosts whose fence is live (informational: a
+// fenced host is not a fault of the installation, but its entries must be
+// removed once it is repaired).
+func checkHostFences(ctx context.Context, list func(ctx context.Context) ([]HostFence, error)) Result {
+	r := Result{Check: "host-fences", OK: true}
+	hs, err := list(ctx)
+	if err != nil {
+		r.OK, r.Detail, r.Fix = false, "cannot list host fences: "+oneLine(err.Error()), "check the Ceph access and the audit log"
+		return r
+	}
+	if len(hs) == 0 {
+		r.Detail = "no host is fenced"
+		return r
+	}
+	var parts []string
+	for _, h := range hs {
+		parts = append(parts, fmt.Sprintf("%s (%d entries until %s; once repaired: rbdfence unfence --host %s)",
+			h.Host, h.Entries, h.Until.UTC().Format(time.RFC3339), h.Host))
+	}
+	r.Detail = "fenced hosts: " + strings.Join(parts, ", ")
+	return r
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

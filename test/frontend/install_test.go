@@ -52,13 +52,19 @@ func tree(t *testing.T, root string) string {
 func frontendTree(t *testing.T, kvmArgs string, ops ...string) string {
 	t.Helper()
 	p := t.TempDir()
-	for _, d := range []string{"var/lib/one/remotes/vmm/kvm", "var/lib/one/remotes/tm/ceph", "etc/one"} {
+	for _, d := range []string{"var/lib/one/remotes/vmm/kvm", "var/lib/one/remotes/tm/ceph", "var/lib/one/remotes/hooks/ft", "etc/one"} {
 		if err := os.MkdirAll(filepath.Join(p, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, op := range ops {
 		if err := os.WriteFile(filepath.Join(p, "var/lib/one/remotes/tm/ceph", op), []byte("#!/bin/bash\n# upstream "+op+"\nexit 0\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// OpenNebula's HA hook files (share/hooks/ft): never replaced.
+	for _, f := range []string{"host_error.rb", "fence_host.sh"} {
+		if err := os.WriteFile(filepath.Join(p, "var/lib/one/remotes/hooks/ft", f), []byte("# upstream "+f+"\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -154,13 +160,42 @@ func TestInstallFrontend(t *testing.T) {
 				t.Fatalf("tm/ceph/%s was replaced: %q", op, got)
 			}
 		}
+		// The HA hook's fence: our directory, OpenNebula's ft/ untouched.
+		hooks := filepath.Join(remotes, "hooks/rbdfence")
+		if st, err := os.Stat(filepath.Join(hooks, "fence_host.sh")); err != nil || st.Mode().Perm() != 0o755 {
+			t.Fatalf("fence_host.sh: %v", err)
+		}
+		if l, err := os.Readlink(filepath.Join(hooks, "host_error.rb")); err != nil || l != "../ft/host_error.rb" {
+			t.Fatalf("host_error.rb is not a link to OpenNebula's: %q %v", l, err)
+		}
+		if got := readFile(t, filepath.Join(hooks, "host_error.rb")); got != "# upstream host_error.rb\n" {
+			t.Fatalf("host_error.rb through the link: %q", got)
+		}
+		for _, f := range []string{"host_error.rb", "fence_host.sh"} {
+			if got := readFile(t, filepath.Join(remotes, "hooks/ft", f)); got != "# upstream "+f+"\n" {
+				t.Fatalf("OpenNebula's hooks/ft/%s was changed: %q", f, got)
+			}
+		}
+		hook := readFile(t, filepath.Join(hooks, "host_error.hook"))
+		for _, want := range []string{"COMMAND         = rbdfence/host_error.rb", "ARGUMENTS_STDIN = yes", "RESOURCE        = HOST", "STATE           = ERROR"} {
+			if !strings.Contains(hook, want) {
+				t.Fatalf("onehook template lacks %q:\n%s", want, hook)
+			}
+		}
+		if !strings.Contains(r.stdout, "onehook create "+filepath.Join(hooks, "host_error.hook")) {
+			t.Fatalf("the HA hook is not offered:\n%s", r.stdout)
+		}
+		out, err := exec.Command(filepath.Join(hooks, "fence_host.sh")).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "fence-host: stdin is empty") {
+			t.Fatalf("installed fence_host.sh does not run rbdfence fence-host: %v %s", err, out)
+		}
 		// The default config is valid.
 		cfg := config.Default()
 		if err := config.Parse([]byte(readFile(t, filepath.Join(p, "etc/one/rbdfence.yaml"))), cfg); err != nil {
 			t.Fatalf("default config: %v", err)
 		}
 		// An installed wrapper runs (and explains its contract).
-		out, err := exec.Command(filepath.Join(remotes, "vmm/kvm/deploy-rbdfence")).CombinedOutput()
+		out, err = exec.Command(filepath.Join(remotes, "vmm/kvm/deploy-rbdfence")).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "usage: deploy-rbdfence") {
 			t.Fatalf("installed deploy-rbdfence: %v %s", err, out)
 		}

@@ -129,8 +129,10 @@ func (f *fe) install() {
 // hostStandIns writes the remote deploy/restore stand-ins, found on the
 // hosts under opennebula.remote_dir (hosts share the file system). deploy
 // records its args, stdin and the addresses of the host it ran on, starts
-// a librbd client as the "new QEMU" on the image in STARTS (if any), and
-// prints its DEPLOY_ID as the real one does.
+// a librbd client as the "new QEMU" on each image listed in STARTS (if any;
+// in the mode named in STARTS.mode, default idle; qemu.images maps each
+// image to the client's output file), and prints its DEPLOY_ID as the real
+// one does.
 func (f *fe) hostStandIns() {
 	f.t.Helper()
 	rec := f.path("remote-calls")
@@ -142,10 +144,15 @@ printf '%%s\n' "$@" > %[1]s/deploy-$n.args
 cat > %[1]s/deploy-$n.stdin
 ip -4 -o addr show > %[1]s/deploy-$n.where
 if [ -s %[1]s/starts ]; then
-	img=$(cat %[1]s/starts)
-	setsid %[2]s --mon %[3]s --id %[4]s --keyring %[5]s --image "$img" --mode idle </dev/null >%[1]s/qemu-$n.out 2>&1 &
-	echo $! >> %[1]s/qemu.pids
-	for i in $(seq 300); do grep -qs '"ready"' %[1]s/qemu-$n.out && break; sleep 0.1; done
+	mode=$(cat %[1]s/starts.mode 2>/dev/null || echo idle)
+	k=0
+	for img in $(cat %[1]s/starts); do
+		k=$((k+1))
+		setsid %[2]s --mon %[3]s --id %[4]s --keyring %[5]s --image "$img" --mode "$mode" </dev/null >%[1]s/qemu-$n-$k.out 2>&1 &
+		echo $! >> %[1]s/qemu.pids
+		echo "$img %[1]s/qemu-$n-$k.out" >> %[1]s/qemu.images
+		for i in $(seq 300); do grep -qs '"ready"' %[1]s/qemu-$n-$k.out && break; sleep 0.1; done
+	done
 fi
 if [ -f %[1]s/deploy.fail ]; then echo "ERROR MESSAGE --8<------" >&2; echo "Could not create domain from $1" >&2; echo "ERROR MESSAGE ------>8--" >&2; exit 255; fi
 echo %[6]s

@@ -85,6 +85,23 @@ func (s *Sim) controlHandler(onMain bool) http.Handler {
 		s.SetFailCallsWith(m, n, code, r.FormValue("msg"))
 		return nil
 	})
+	post("/control/host", func(_ http.ResponseWriter, r *http.Request) error {
+		id, err := strconv.Atoi(r.FormValue("id"))
+		state, serr := strconv.Atoi(r.FormValue("state"))
+		if err != nil || id < 0 || serr != nil || r.FormValue("name") == "" {
+			return fmt.Errorf("want id=ID&name=NAME&state=STATE[&last_monitored=UNIX]")
+		}
+		h := Host{ID: id, Name: r.FormValue("name"), State: state}
+		if lm := r.FormValue("last_monitored"); lm != "" {
+			sec, err := strconv.ParseInt(lm, 10, 64)
+			if err != nil {
+				return fmt.Errorf("last_monitored=%q: want unix seconds", lm)
+			}
+			h.LastMonitored = time.Unix(sec, 0)
+		}
+		s.PutHost(h)
+		return nil
+	})
 	post("/control/reset", func(_ http.ResponseWriter, _ *http.Request) error { return s.Reset() })
 	mux.HandleFunc("/control/vm", func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {

@@ -28,6 +28,9 @@
 //	one.vmpool.infoextended(session, who, start, end[, state]) full <VM>s, last HISTORY
 //	one.system.version(session)
 //	one.user.info(session, id)
+//	one.host.info(session, id[, decrypt])      <HOST> (Host.cc:401-429), VMS from the VMs' last HISTORY
+//	one.hostpool.info(session)                 <HOST_POOL>
+//	one.host.update(session, id, template[, type]) 0 replace, 1 merge the host's TEMPLATE
 //
 // one.vm.update parses the template as oned does (XML when it starts with
 // '<', else OpenNebula syntax: NAME = "value", NAME = [ A = "x", B = y ],
@@ -55,6 +58,8 @@
 //	sim.SetDown(true)                      // listener closed: connection refused
 //	sim.SetFailCalls("one.vm.update", 2)   // next 2 calls fail with INTERNAL
 //	sim.Updates(); sim.UserTemplate(42)
+//	sim.PutHost(onedsim.Host{ID: 1, Name: "node1", State: onedsim.HostError, LastMonitored: t})
+//	sim.HostTemplate(1)
 //
 // # HTTP control API (for shell-driven tests)
 //
@@ -71,6 +76,7 @@
 //	GET  /control/vm?id=42                        the VM as one.vm.info returns it
 //	GET  /control/user_template?id=42[&format=text]
 //	GET  /control/updates                         one.vm.update history
+//	POST /control/host?id=1&name=node1&state=3&last_monitored=UNIX  add or replace a host
 //	GET  /control/state                           delay, down, failures, call counts, VM ids
 //
 // The binary (test/onedsim/cmd/onedsim):

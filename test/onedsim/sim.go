@@ -50,6 +50,7 @@ type Sim struct {
 
 	mu      sync.Mutex
 	vms     map[int]*vmRec
+	hosts   map[int]*hostRec
 	delay   time.Duration
 	fail    map[string]*failSpec
 	updates []Update
@@ -404,6 +405,9 @@ var methods = map[string]method{
 	"one.vmpool.infoextended": {"iiiis", 3, (*Sim).vmPoolInfo},
 	"one.system.version":      {"", 0, (*Sim).systemVersion},
 	"one.user.info":           {"ib", 0, (*Sim).userInfo},
+	"one.host.info":           {"ib", 1, (*Sim).hostInfo},
+	"one.hostpool.info":       {"", 0, (*Sim).hostPoolInfo},
+	"one.host.update":         {"isi", 2, (*Sim).hostUpdate},
 }
 
 func (s *Sim) dispatch(c *rpcCall) []byte {

@@ -391,9 +391,9 @@ func TestFailCalls(t *testing.T) {
 func TestUnknownMethodIsAFault(t *testing.T) {
 	sim := start(t, vm42())
 	c := goca.NewClient(goca.NewConfig(user, pass, sim.URL()), nil)
-	_, err := c.Call("one.host.info", 0)
+	_, err := c.Call("one.cluster.info", 0)
 	var ce *goerrs.ClientError
-	if !errors.As(err, &ce) || ce.Code != goerrs.ClientRespXMLRPCFault || !strings.Contains(err.Error(), "Method 'one.host.info' not defined") {
+	if !errors.As(err, &ce) || ce.Code != goerrs.ClientRespXMLRPCFault || !strings.Contains(err.Error(), "Method 'one.cluster.info' not defined") {
 		t.Errorf("err = %v", err)
 	}
 	v, err := goca.NewController(c).SystemVersion()

@@ -192,7 +192,15 @@ func (c *Ceph) NewImage(t T, prefix string) string {
 // BlocklistEntries returns "addr" -> "expiry time" from `ceph osd blocklist ls`.
 func (c *Ceph) BlocklistEntries(t T) map[string]string {
 	t.Helper()
-	out := c.Admin(t, "ceph", "osd", "blocklist", "ls")
+	// stdout only: with a long list, "listed N entries" and librados'
+	// warnings on stderr would land inside lines of a combined output.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := exec.CommandContext(ctx, "ceph", "-c", c.AdminConf, "osd", "blocklist", "ls").Output()
+	if err != nil {
+		t.Fatalf("ceph osd blocklist ls: %v", err)
+	}
+	out := string(b)
 	m := map[string]string{}
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
