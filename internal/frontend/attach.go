@@ -129,14 +129,9 @@ func Attach(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 	if err != nil {
 		return err
 	}
-	e.Log.SetVM(a.VM)
-	raw, err := ReadStdin(stdin)
+	msg, err := readActionStdin(e, a.VM, stdin, "driver action XML", "nothing was attached")
 	if err != nil {
 		return err
-	}
-	msg, err := DecodeBase64("driver action XML", raw)
-	if err != nil {
-		return errorf(outcome.Usage, a.VM, "VM %d: %v; nothing was attached", a.VM, err)
 	}
 	disks, vm, err := attachedDisks(msg, a.VM)
 	if err != nil {

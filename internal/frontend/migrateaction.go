@@ -89,7 +89,7 @@ func MigrateVMM(ctx context.Context, e *Env, self string, args []string, stdinR 
 		return err
 	}
 	e.Log.SetVM(a.VM)
-	raw, err := ReadStdin(stdinR)
+	raw, err := ReadStdin(stdinR) // relayed as it came to the real migrate
 	if err != nil {
 		return err
 	}

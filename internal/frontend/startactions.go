@@ -151,6 +151,22 @@ func ParseDeployArgs(args []string) (DeployArgs, error) {
 	return a, nil
 }
 
+// readActionStdin reads a VMM action's base64 stdin for VM vm (and names the VM
+// in the log from here on): what names the document in an error, undone
+// says what did not happen because of it ("nothing was started").
+func readActionStdin(e *Env, vm int, stdin io.Reader, what, undone string) ([]byte, error) {
+	e.Log.SetVM(vm)
+	raw, err := ReadStdin(stdin)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := DecodeBase64(what, raw)
+	if err != nil {
+		return nil, errorf(outcome.Usage, vm, "VM %d: %v; %s", vm, err, undone)
+	}
+	return doc, nil
+}
+
 // Deploy is the local deploy action: prestart, then the remote deploy on
 // the host with the domain XML on stdin, its stdout (the DEPLOY_ID) relayed
 // to e.Stdout, its stderr to e.Stderr and its exit code kept (*ExitError).
@@ -161,14 +177,9 @@ func Deploy(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 	if err != nil {
 		return err
 	}
-	e.Log.SetVM(a.VM)
-	raw, err := ReadStdin(stdin)
+	domain, err := readActionStdin(e, a.VM, stdin, "domain XML", "nothing was started")
 	if err != nil {
 		return err
-	}
-	domain, err := DecodeBase64("domain XML", raw)
-	if err != nil {
-		return errorf(outcome.Usage, a.VM, "VM %d: %v; nothing was started", a.VM, err)
 	}
 	dom, err := domxml.Parse(domain)
 	if err != nil {
@@ -395,14 +406,9 @@ func Restore(ctx context.Context, e *Env, args []string, stdin io.Reader) error 
 	if err != nil {
 		return err
 	}
-	e.Log.SetVM(a.VM)
-	raw, err := ReadStdin(stdin)
+	msg, err := readActionStdin(e, a.VM, stdin, "driver action XML", "nothing was restored")
 	if err != nil {
 		return err
-	}
-	msg, err := DecodeBase64("driver action XML", raw)
-	if err != nil {
-		return errorf(outcome.Usage, a.VM, "VM %d: %v; nothing was restored", a.VM, err)
 	}
 	root, err := xmlRoot(msg)
 	if err != nil {
