@@ -161,8 +161,11 @@ func TestFileModes(t *testing.T) {
 	if code := e.run(t, string(req), "rbdfence", "host", "--config", e.cfg); code != 0 {
 		t.Fatalf("host step: %d\n%s", code, e.output.String())
 	}
-	xml := libvirttest.DomainXML("one-5151", "kvm", []libvirttest.RBDDisk{{Image: img, Mon: c.Mon, User: c.User, SecretUUID: "5b2f3a0e-6a5e-4d0e-9b66-0f1e8c4f6d21"}})
-	e.run(t, xml, "rbdfence-hook", "--config", e.cfg, "one-5151", "migrate", "begin", "-")
+	// A domain that is not an OpenNebula VM: its incoming migration is
+	// marked without a claim (an OpenNebula VM's needs the front-end's
+	// window, issue 11 item 1).
+	xml := libvirttest.DomainXML("web-5151", "kvm", []libvirttest.RBDDisk{{Image: img, Mon: c.Mon, User: c.User, SecretUUID: "5b2f3a0e-6a5e-4d0e-9b66-0f1e8c4f6d21"}})
+	e.run(t, xml, "rbdfence-hook", "--config", e.cfg, "web-5151", "migrate", "begin", "-")
 	spooled, _ := filepath.Glob(filepath.Join(e.dir, "spool", "*.json"))
 	marks, _ := filepath.Glob(filepath.Join(e.dir, "state", "*", "*"))
 	if len(spooled) == 0 || len(marks) == 0 {
