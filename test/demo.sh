@@ -35,7 +35,7 @@ state_dir: $DIR/state
 YAML
 
 say "A zombie QEMU (a real librbd client) writes to $IMG every 100 ms"
-"$BIN/zombie" --mon "$RBDFENCE_TEST_MON" --id "$RBDFENCE_TEST_USER" --keyring "$RBDFENCE_TEST_KEYRING" \
+"$BIN/zombie" --mon "$RBDFENCE_TEST_MON_HOST" --id "$RBDFENCE_TEST_USER" --keyring "$RBDFENCE_TEST_KEYRING" \
 	--image "$IMG" --mode write >"$DIR/zombie.log" 2>&1 &
 ZPID=$!
 for _ in $(seq 50); do grep -q '"ok":true' "$DIR/zombie.log" 2>/dev/null && break; sleep 0.2; done
