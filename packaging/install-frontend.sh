@@ -244,6 +244,7 @@ oned_plan() {
 	}
 	PLAN_FILE=$(mktemp)
 	PLAN_REPORT=$(mktemp)
+	trap 'rm -f "$PLAN_FILE" "$PLAN_REPORT"' EXIT
 	local rc=0
 	"$bindir/onedconf-rbdfence" plan "$ONED_CONF" >"$PLAN_FILE" 2>"$PLAN_REPORT" || rc=$?
 	PLAN_WRAP=$(sed -n 's/^wrap: //p' "$PLAN_REPORT")

@@ -303,9 +303,11 @@ cmd_secret() {
 	if [[ -z $uuid ]]; then
 		local xml
 		uuid=$(cat /proc/sys/kernel/random/uuid)
+		# ephemeral: kept in libvirtd's memory only, never written to
+		# /etc/libvirt/secrets (a test leaves no secret on the machine).
 		xml=$(mktemp "$STATE_DIR/secret.XXXXXX.xml")
 		cat >"$xml" <<XML
-<secret ephemeral='no' private='yes'>
+<secret ephemeral='yes' private='yes'>
   <uuid>$uuid</uuid>
   <description>rbdfence test: cephx key of client.$user</description>
   <usage type='ceph'>
