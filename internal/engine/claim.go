@@ -244,9 +244,12 @@ var errClaimChanged = errors.New("the claim changed while this run decided")
 // (txn then starts over from a fresh read) when the claim changed.
 type stillOurs func() error
 
-func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim, fresh stillOurs) (*Claim, error)) (*Claim, error) {
+// takeLease takes (or, with our cookie, keeps) the VM's claim lease: a
+// *ClaimHeldError names the run that holds it. release gives it up (the
+// lease also expires on its own when a holder dies).
+func (e *Engine) takeLease(ctx context.Context, w Who) (release func(), err error) {
 	oid := ClaimObject(w.VM)
-	err := e.c.AcquireLease(ctx, w.Pool, oid, w.cookie(), e.o.Lease)
+	err = e.c.AcquireLease(ctx, w.Pool, oid, w.cookie(), e.o.Lease)
 	var held *LeaseHeldError
 	if errors.As(err, &held) {
 		return nil, &ClaimHeldError{VM: w.VM, Holder: held.Holder}
@@ -254,11 +257,20 @@ func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim, fresh stil
 	if err != nil {
 		return nil, fmt.Errorf("VM %d: cannot take the claim lease %s/%s: %w", w.VM, w.Pool, oid, err)
 	}
-	defer func() {
+	return func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		_ = e.c.ReleaseLease(rctx, w.Pool, oid, w.cookie()) // the lease expires on its own
-	}()
+		_ = e.c.ReleaseLease(rctx, w.Pool, oid, w.cookie())
+	}, nil
+}
+
+func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim, fresh stillOurs) (*Claim, error)) (*Claim, error) {
+	oid := ClaimObject(w.VM)
+	release, err := e.takeLease(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	for attempt := 0; attempt < 5; attempt++ {
 		data, ver, err := e.c.ReadObject(ctx, w.Pool, oid)
 		if err != nil && !errors.Is(err, ErrObjectNotFound) {
@@ -272,12 +284,8 @@ func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim, fresh stil
 			}
 		}
 		fresh := func() error {
-			err := e.c.AcquireLease(ctx, w.Pool, oid, w.cookie(), e.o.Lease)
-			if errors.As(err, &held) {
-				return &ClaimHeldError{VM: w.VM, Holder: held.Holder}
-			}
-			if err != nil {
-				return fmt.Errorf("VM %d: cannot renew the claim lease %s/%s: %w", w.VM, w.Pool, oid, err)
+			if _, err := e.takeLease(ctx, w); err != nil {
+				return err
 			}
 			now, nowVer, err := e.c.ReadObject(ctx, w.Pool, oid)
 			if err != nil && !errors.Is(err, ErrObjectNotFound) {
@@ -753,19 +761,11 @@ func (e *Engine) ReadClaim(ctx context.Context, pool string, vm int) (*Claim, er
 // there was none; a corrupt claim is removed and returned as nil too).
 func (e *Engine) ResetClaim(ctx context.Context, w Who) (*Claim, error) {
 	oid := ClaimObject(w.VM)
-	err := e.c.AcquireLease(ctx, w.Pool, oid, w.cookie(), e.o.Lease)
-	var held *LeaseHeldError
-	if errors.As(err, &held) {
-		return nil, &ClaimHeldError{VM: w.VM, Holder: held.Holder}
-	}
+	release, err := e.takeLease(ctx, w)
 	if err != nil {
-		return nil, fmt.Errorf("VM %d: cannot take the claim lease %s/%s: %w", w.VM, w.Pool, oid, err)
+		return nil, err
 	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = e.c.ReleaseLease(rctx, w.Pool, oid, w.cookie())
-	}()
+	defer release()
 	data, ver, err := e.c.ReadObject(ctx, w.Pool, oid)
 	if errors.Is(err, ErrObjectNotFound) {
 		return nil, nil
