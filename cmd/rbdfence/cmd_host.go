@@ -4,8 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
+	"log/syslog"
 	"time"
+
+	"github.com/rbdfence/rbdfence/internal/audit"
+	"github.com/rbdfence/rbdfence/internal/config"
 
 	"github.com/rbdfence/rbdfence/internal/collision"
 	"github.com/rbdfence/rbdfence/internal/fencer"
@@ -15,19 +20,41 @@ import (
 
 // runHost is the host-side step of the front-end drivers: one JSON request on
 // stdin, one JSON response on stdout (always, also on failure).
+//
+// With --framed both are framed (hoststep.ReadRequestFrame,
+// WriteResponseFrame): the request is read without reading ahead, so that
+// the remote deploy or restore run after the step in the same ssh session
+// gets the rest of stdin, and the front-end tells the response from that
+// action's output. With --detached nobody reads the response (the record
+// the host runs in the background after a deploy): a failure is appended to
+// the audit log and sent to syslog, where an operator finds it.
 func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("host", flag.ContinueOnError)
 	var c common
 	c.register(fs)
+	framed := fs.Bool("framed", false, "framed request and response (one ssh session with the remote action)")
+	detached := fs.Bool("detached", false, "nobody reads the response: log a failure to the audit log and syslog")
 	var req *hoststep.Request
 	write := func(r *hoststep.Response) error {
-		return json.NewEncoder(stdout).Encode(hoststep.Reply(req, r))
+		body, err := json.Marshal(hoststep.Reply(req, r))
+		if err != nil {
+			return err
+		}
+		if *framed {
+			return hoststep.WriteResponseFrame(stdout, body)
+		}
+		_, err = stdout.Write(append(body, '\n'))
+		return err
 	}
 	if err := parseFlags(fs, args); err != nil {
 		_ = write(&hoststep.Response{Kind: outcome.Usage, Error: err.Error()})
 		return err
 	}
-	req, err := hoststep.ReadRequest(stdin)
+	read := hoststep.ReadRequest
+	if *framed {
+		read = hoststep.ReadRequestFrame
+	}
+	req, err := read(stdin)
 	if err != nil {
 		r := &hoststep.Response{Kind: outcome.Usage, Error: err.Error()}
 		if req != nil {
@@ -50,6 +77,9 @@ func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	// when this host can reach oned. The front-end also publishes its copy:
 	// ids are the same, oned counts each once.
 	_, _ = collision.Publish(ctx, cfg, nil)
+	if *detached && (!resp.OK || resp.Error != "") {
+		logDetached(cfg, req, resp)
+	}
 	if err := write(resp); err != nil {
 		return err
 	}
@@ -64,3 +94,19 @@ type hostStepError struct{ r *hoststep.Response }
 func (e *hostStepError) Error() string { return e.r.Error }
 
 func (e *hostStepError) Outcome() outcome.Kind { return e.r.Kind }
+
+// logDetached makes the failure of a step nobody waits for visible: one
+// audit record (op, vm, host, run, result error and the reason) and a
+// syslog line (tag rbdfence-host) when the host has a syslog.
+func logDetached(cfg *config.Config, req *hoststep.Request, resp *hoststep.Response) {
+	msg := fmt.Sprintf("VM %d: %s step (run %s, deploy #%d on %s) failed: %s", req.VM, req.Op, req.Run, req.Seq, req.Host, resp.Error)
+	rec := audit.Record{Time: time.Now().UTC(), Run: req.Run, Op: req.Op, VM: req.VM, Host: req.Host,
+		Action: "none", Result: "error", Error: resp.Error}
+	if err := audit.Append(cfg.AuditLog, []audit.Record{rec}); err != nil {
+		msg += fmt.Sprintf(" (audit log %s not written: %v)", cfg.AuditLog, err)
+	}
+	if w, err := syslog.New(syslog.LOG_DAEMON|syslog.LOG_ERR, "rbdfence-host"); err == nil {
+		_ = w.Err(msg)
+		_ = w.Close()
+	}
+}

@@ -303,19 +303,25 @@ func (e *Env) hostStepOnce(ctx context.Context, host string, req *hoststep.Reque
 			return resp, nil
 		}
 	}
-	why := lastLine(stderr.buf.Bytes())
+	return nil, e.noAnswer(req, host, where, pl, code, rerr, timeout, lastLine(stderr.buf.Bytes()))
+}
+
+// noAnswer is the error of a host step that gave no valid answer: it timed
+// out, could not be started, ssh failed (exit 255), the binary could not
+// run (126, 127), or it printed something else; why is its last line.
+func (e *Env) noAnswer(req *hoststep.Request, host, where string, pl placement, code int, rerr error, timeout time.Duration, why string) error {
 	switch {
 	case errors.Is(rerr, errTimeout):
-		return nil, errorf(outcome.Unavailable, req.VM, "VM %d: the %s step on %s did not answer within timeouts.ssh + timeouts.total (%s)", req.VM, req.Op, where, timeout)
+		return errorf(outcome.Unavailable, req.VM, "VM %d: the %s step on %s did not answer within timeouts.ssh + timeouts.total (%s)", req.VM, req.Op, where, timeout)
 	case rerr != nil:
-		return nil, errorf(outcome.Unavailable, req.VM, "VM %d: cannot run the %s step on %s: %v", req.VM, req.Op, where, rerr)
+		return errorf(outcome.Unavailable, req.VM, "VM %d: cannot run the %s step on %s: %v", req.VM, req.Op, where, rerr)
 	case !e.local(pl) && code == 255:
-		return nil, errorf(outcome.Unavailable, req.VM, "VM %d: ssh to host %s failed for the %s step: %s", req.VM, host, req.Op, orDash(why))
+		return errorf(outcome.Unavailable, req.VM, "VM %d: ssh to host %s failed for the %s step: %s", req.VM, host, req.Op, orDash(why))
 	case code == 126 || code == 127:
-		return nil, errorf(outcome.Unavailable, req.VM, "VM %d: the rbdfence host binary %s cannot run on %s (exit %d: %s); install it and run 'onehost sync --force'",
+		return errorf(outcome.Unavailable, req.VM, "VM %d: the rbdfence host binary %s cannot run on %s (exit %d: %s); install it and run 'onehost sync --force'",
 			req.VM, argv0(e, pl), where, code, orDash(why))
 	}
-	return nil, errorf(outcome.Unavailable, req.VM, "VM %d: the %s step on %s gave no valid answer (exit %d): %s", req.VM, req.Op, where, code, orDash(why))
+	return errorf(outcome.Unavailable, req.VM, "VM %d: the %s step on %s gave no valid answer (exit %d): %s", req.VM, req.Op, where, code, orDash(why))
 }
 
 // hostCommand is the host step's command line on a host. The default

@@ -77,35 +77,47 @@ func (e *Env) readVM(ctx context.Context, id int) (*opennebula.VMInfo, error) {
 // on. Refusals and incomplete fences are errors whatever fence.fail_open
 // says; with fail_open a check that cannot be done is logged and passed.
 func Prestart(ctx context.Context, e *Env, in StartInput) (*StartResult, error) {
+	ctx, cancel := e.stepContext(ctx)
+	defer cancel()
+	res, req, err := e.prepareStart(ctx, in)
+	if err != nil || req == nil {
+		return res, err
+	}
+	resp, err := e.hostStep(ctx, res.Host, req, anywhere)
+	return e.finishStart(res, req, resp, err)
+}
+
+// prepareStart reads the VM from oned (once) and returns the start step's
+// request; req is nil when there is nothing to check (res.Skipped) or oned
+// could not be read and fence.fail_open lets the start go on.
+func (e *Env) prepareStart(ctx context.Context, in StartInput) (*StartResult, *hoststep.Request, error) {
 	e.Log.SetVM(in.VM)
 	res := &StartResult{Host: in.Host, Seq: in.Seq, Run: in.Run}
 	if res.Run == "" {
 		res.Run = audit.NewRunID()
 	}
 	if in.VM < 0 {
-		return nil, errorf(outcome.Usage, in.VM, "bad VM id %d", in.VM)
+		return nil, nil, errorf(outcome.Usage, in.VM, "bad VM id %d", in.VM)
 	}
 	if in.Host != "" {
 		if err := checkHost("host", in.Host); err != nil {
-			return nil, errorf(outcome.Usage, in.VM, "VM %d: %v", in.VM, err)
+			return nil, nil, errorf(outcome.Usage, in.VM, "VM %d: %v", in.VM, err)
 		}
 	}
-	ctx, cancel := e.stepContext(ctx)
-	defer cancel()
-
 	vm, err := e.readVM(ctx, in.VM)
 	if err != nil {
-		return e.failOpen(res, err)
+		res, err = e.failOpen(res, err)
+		return res, nil, err
 	}
 	res.VM = vm
 	if res.Host == "" {
 		res.Host = vm.Host
 	}
 	if res.Host == "" {
-		return nil, errorf(outcome.Usage, in.VM, "VM %d has no host yet (no HISTORY record) and none was given", in.VM)
+		return nil, nil, errorf(outcome.Usage, in.VM, "VM %d has no host yet (no HISTORY record) and none was given", in.VM)
 	}
 	if err := checkHost("host", res.Host); err != nil {
-		return nil, errorf(outcome.Usage, in.VM, "VM %d: %v", in.VM, err)
+		return nil, nil, errorf(outcome.Usage, in.VM, "VM %d: %v", in.VM, err)
 	}
 	if vm.Host != "" && vm.Host != res.Host {
 		e.Log.Info("oned places VM %d on %s, the start is on %s: checking for %s", in.VM, vm.Host, res.Host, res.Host)
@@ -118,28 +130,34 @@ func Prestart(ctx context.Context, e *Env, in StartInput) (*StartResult, error) 
 	if len(vm.Disks) == 0 {
 		res.Skipped = true
 		e.Log.Info("VM %d opens no RBD image%s: nothing to check", in.VM, skippedNote(vm))
-		return res, nil
+		return res, nil, nil
 	}
 
 	req := &hoststep.Request{Op: hoststep.OpStart, VM: in.VM, Seq: res.Seq, Host: res.Host, Run: res.Run,
 		Source: engine.SourceFrontend, Disks: vm.Disks}
 	e.Log.Info("checking %d RBD image(s) of VM %d for deploy #%d on %s (run %s)", len(vm.Disks), in.VM, res.Seq, res.Host, res.Run)
-	resp, err := e.hostStep(ctx, res.Host, req, anywhere)
+	return res, req, nil
+}
+
+// finishStart takes the start step's answer (resp, or the error that no
+// answer came): it logs and records what was fenced and returns the
+// refusal, or res when the start may go on.
+func (e *Env) finishStart(res *StartResult, req *hoststep.Request, resp *hoststep.Response, err error) (*StartResult, error) {
 	if err != nil {
 		return e.failOpen(res, err)
 	}
 	res.Response = resp
 	if resp.OK {
-		e.summarize(resp, in.VM)
+		e.summarize(resp, req.VM)
 	}
 	e.record(resp, "prestart", e.local(anywhere))
 	if !resp.OK {
 		kind := resp.Kind
-		msg := fmt.Sprintf("VM %d: start on %s refused by rbdfence: %s", in.VM, res.Host, resp.Error)
+		msg := fmt.Sprintf("VM %d: start on %s refused by rbdfence: %s", req.VM, res.Host, resp.Error)
 		if kind == outcome.Unavailable || kind == outcome.Usage {
-			msg = fmt.Sprintf("VM %d: rbdfence cannot check the start on %s: %s", in.VM, res.Host, resp.Error)
+			msg = fmt.Sprintf("VM %d: rbdfence cannot check the start on %s: %s", req.VM, res.Host, resp.Error)
 		}
-		return e.failOpen(res, errorf(kind, in.VM, "%s", msg))
+		return e.failOpen(res, errorf(kind, req.VM, "%s", msg))
 	}
 	return res, nil
 }

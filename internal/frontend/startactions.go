@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rbdfence/rbdfence/internal/domxml"
 	"github.com/rbdfence/rbdfence/internal/engine"
@@ -193,7 +194,9 @@ func Deploy(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 		remoteFile = strings.TrimRight(dom.OpenNebula.SystemDatastore, "/") + "/" + filepath.Base(a.LocalFile)
 	}
 
-	res, err := Prestart(ctx, e, StartInput{VM: a.VM, Host: a.Host, Seq: deploySeq(a.LocalFile)})
+	pctx, cancel := context.WithTimeout(ctx, time.Duration(e.Cfg.Timeouts.Oned))
+	res, req, err := e.prepareStart(pctx, StartInput{VM: a.VM, Host: a.Host, Seq: deploySeq(a.LocalFile)})
+	cancel()
 	if err != nil {
 		return err
 	}
@@ -208,22 +211,17 @@ func Deploy(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 		return err
 	}
 	script := path.Join(e.Cfg.OpenNebula.RemoteDir, "vmm/kvm/deploy")
-	remote := []string{script, remoteFile, a.Host, strconv.Itoa(a.VM), a.Host}
-	if inline := withVMDirFiles(path.Dir(remoteFile), files, remote); inline != nil {
-		remote = inline // one ssh session, as the driver's own deploy
-	} else if err := e.copyVMDirFiles(ctx, a, path.Dir(remoteFile), files); err != nil {
-		return err
-	}
 	out := &capBuffer{max: 4096}
-	code, err := e.remoteAction(ctx, a.Host, remote, domain, io.MultiWriter(e.Stdout, out), e.Stderr)
+	code, err := e.startThenRun(ctx, res, req, remoteStart{vm: a.VM, what: "deploy",
+		argv:  []string{script, remoteFile, a.Host, strconv.Itoa(a.VM), a.Host},
+		stdin: domain, dir: path.Dir(remoteFile), files: files, stdout: io.MultiWriter(e.Stdout, out)})
 	if err != nil {
-		return errorf(outcome.Failure, a.VM, "VM %d: remote deploy on %s: %v", a.VM, a.Host, err)
+		return err
 	}
 	if code != 0 {
 		return &ExitError{What: "remote deploy on " + a.Host, Code: code}
 	}
 	e.Log.Info("VM %d deployed on %s (DEPLOY_ID %s)", a.VM, a.Host, orDash(strings.TrimSpace(out.buf.String())))
-	e.recordInstance(ctx, res)
 	return nil
 }
 
@@ -294,19 +292,19 @@ func withVMDirFiles(dir string, files []vmDirFileData, remote []string) []string
 	return append(args, remote...)
 }
 
-// copyVMDirFiles writes files into remoteDir on the host, one ssh call
-// each: for files too large for withVMDirFiles.
-func (e *Env) copyVMDirFiles(ctx context.Context, a DeployArgs, remoteDir string, files []vmDirFileData) error {
+// copyVMDirFiles writes files into remoteDir on host, one ssh call each:
+// for files too large for withVMDirFiles.
+func (e *Env) copyVMDirFiles(ctx context.Context, vm int, host, remoteDir string, files []vmDirFileData) error {
 	for _, f := range files {
 		var stderr capBuffer
 		stderr.max = 4096
 		cmd := "mkdir -p " + shellQuote(remoteDir) + " && cat > " + shellQuote(remoteDir+"/"+f.name)
-		code, err := e.remoteAction(ctx, a.Host, []string{"sh", "-c", cmd}, f.data, io.Discard, &stderr)
+		code, err := e.remoteAction(ctx, host, []string{"sh", "-c", cmd}, f.data, io.Discard, &stderr)
 		if err == nil && code != 0 {
 			err = fmt.Errorf("exit %d: %s", code, orDash(lastLine(stderr.buf.Bytes())))
 		}
 		if err != nil {
-			return errorf(outcome.Failure, a.VM, "VM %d: cannot write %s/%s on %s: %v", a.VM, remoteDir, f.name, a.Host, err)
+			return errorf(outcome.Failure, vm, "VM %d: cannot write %s/%s on %s: %v", vm, remoteDir, f.name, host, err)
 		}
 	}
 	return nil
@@ -417,19 +415,22 @@ func Restore(ctx context.Context, e *Env, args []string, stdin io.Reader) error 
 	if root != "VMM_DRIVER_ACTION_DATA" {
 		return errorf(outcome.Usage, a.VM, "VM %d: stdin is a <%s> document, want <VMM_DRIVER_ACTION_DATA>; nothing was restored", a.VM, clip(root))
 	}
-	res, err := Prestart(ctx, e, StartInput{VM: a.VM, Host: a.Host, Seq: -1})
+	pctx, cancel := context.WithTimeout(ctx, time.Duration(e.Cfg.Timeouts.Oned))
+	res, req, err := e.prepareStart(pctx, StartInput{VM: a.VM, Host: a.Host, Seq: -1})
+	cancel()
 	if err != nil {
 		return err
 	}
 	script := path.Join(e.Cfg.OpenNebula.RemoteDir, "vmm/kvm/restore")
-	code, err := e.remoteAction(ctx, a.Host, []string{script, a.Checkpoint, a.Host, a.DeployID, strconv.Itoa(a.VM), a.Host}, msg, e.Stdout, e.Stderr)
+	code, err := e.startThenRun(ctx, res, req, remoteStart{vm: a.VM, what: "restore",
+		argv:  []string{script, a.Checkpoint, a.Host, a.DeployID, strconv.Itoa(a.VM), a.Host},
+		stdin: msg, stdout: e.Stdout})
 	if err != nil {
-		return errorf(outcome.Failure, a.VM, "VM %d: remote restore on %s: %v", a.VM, a.Host, err)
+		return err
 	}
 	if code != 0 {
 		return &ExitError{What: "remote restore on " + a.Host, Code: code}
 	}
 	e.Log.Info("VM %d restored on %s", a.VM, a.Host)
-	e.recordInstance(ctx, res)
 	return nil
 }

@@ -1,0 +1,225 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
+)
+
+// remoteStart is a remote action (vmm/kvm/deploy, vmm/kvm/restore) that a
+// start step admits.
+type remoteStart struct {
+	vm     int
+	what   string   // "deploy", "restore": names the action in messages
+	argv   []string // the remote action
+	stdin  []byte   // its stdin, byte for byte
+	dir    string   // the VM's directory on the host, for files
+	files  []vmDirFileData
+	stdout io.Writer // the action's stdout (the DEPLOY_ID)
+}
+
+// startThenRun runs a start (res, req from prepareStart) and then the
+// remote action act. With the step on the host (remote: ssh) both run in
+// one ssh session (oneSession); the step's refusal keeps the action from
+// running, and the host records the new instance's client addresses in the
+// background after the action succeeded. Otherwise (nothing to check, the
+// step on the front-end, a host binary without --framed, vm.xml and ds.xml
+// too large for the command line, fence.fail_open passing a failed check)
+// the step and the action run one after the other as separate commands.
+// It returns the action's exit code.
+func (e *Env) startThenRun(ctx context.Context, res *StartResult, req *hoststep.Request, act remoteStart) (int, error) {
+	if req != nil && !e.local(anywhere) {
+		if inline := withVMDirFiles(act.dir, act.files, act.argv); inline != nil {
+			code, fallback, err := e.oneSession(ctx, res, req, act)
+			if !fallback {
+				return code, err
+			}
+		}
+	}
+	if req != nil {
+		sctx, cancel := context.WithTimeout(ctx, e.stepBudget())
+		resp, err := e.hostStep(sctx, res.Host, req, anywhere)
+		cancel()
+		if _, err := e.finishStart(res, req, resp, err); err != nil {
+			return -1, err
+		}
+	}
+	remote := act.argv
+	if len(act.files) > 0 {
+		if inline := withVMDirFiles(act.dir, act.files, act.argv); inline != nil {
+			remote = inline // one ssh session, as the driver's own deploy
+		} else if err := e.copyVMDirFiles(ctx, act.vm, res.Host, act.dir, act.files); err != nil {
+			return -1, err
+		}
+	}
+	code, err := e.remoteAction(ctx, res.Host, remote, act.stdin, act.stdout, e.Stderr)
+	if err != nil {
+		return -1, errorf(outcome.Failure, act.vm, "VM %d: remote %s on %s: %v", act.vm, act.what, res.Host, err)
+	}
+	if code == 0 {
+		e.recordInstance(ctx, res)
+	}
+	return code, nil
+}
+
+// startScript is the constant remote script of oneSession (files: how many
+// of vm.xml, ds.xml it writes; the script depends on nothing else). Data
+// come as its positional arguments: $1 host binary, $2 host config ("" for
+// the host's default), $3 the VM's directory, $4 the record request, then
+// the files' contents, then the remote action's argv. It runs the framed
+// start step (its stderr joins stdout, before its frame); only when the
+// step admits the start (exit 0) does it write the files and run the
+// action on the rest of stdin; after a successful action it starts the
+// record in the background, detached from the session (stdin, stdout,
+// stderr not the session's: ssh does not wait for it).
+func startScript(files []vmDirFileData) string {
+	s := `b=$1 c=$2 d=$3 r=$4
+if [ -n "$c" ]; then "$b" host --framed --config "$c"; else "$b" host --framed; fi 2>&1 || exit
+`
+	if len(files) > 0 {
+		s += `mkdir -p "$d"`
+		for i, f := range files {
+			s += fmt.Sprintf(` && printf '%%s' "$%d" > "$d/%s"`, i+5, f.name)
+		}
+		s += " || exit\n"
+	}
+	s += fmt.Sprintf(`shift %d
+"$@"
+s=$?
+if [ "$s" -eq 0 ]; then
+	if [ -n "$c" ]; then printf '%%s' "$r" | "$b" host --detached --config "$c"; else printf '%%s' "$r" | "$b" host --detached; fi </dev/null >/dev/null 2>&1 &
+fi
+exit "$s"
+`, len(files)+4)
+	return s
+}
+
+// oneSession runs the start step req and, if it admits the start, the
+// remote action in one ssh session: the driver's own deploy is one
+// session (one_vmm_exec.rb:443-470 of release-7.4.0), and over a warm
+// master connection each session costs a remote shell's start. The
+// request goes framed on stdin before the action's stdin; the step's
+// response comes framed on stdout before the action's output, which alone
+// reaches act.stdout; stderr is relayed. fallback: the host's binary did
+// not understand the framed step (an older version): nothing ran, the
+// caller runs the step and the action separately.
+func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Request, act remoteStart) (code int, fallback bool, err error) {
+	vm := req.VM
+	v := *req
+	v.Version = hoststep.Version
+	body, err := json.Marshal(&v)
+	if err != nil {
+		return -1, false, errorf(outcome.Failure, vm, "VM %d: encoding the %s request: %v", vm, req.Op, err)
+	}
+	rec := v
+	rec.Op = hoststep.OpRecord
+	recBody, err := json.Marshal(&rec)
+	if err != nil {
+		return -1, false, errorf(outcome.Failure, vm, "VM %d: encoding the record request: %v", vm, err)
+	}
+	hostCfg := ""
+	if c := e.Cfg.OpenNebula.HostConfig; c != config.DefaultPath {
+		hostCfg = c
+	}
+	remote := []string{"sh", "-c", startScript(act.files), "rbdfence-start", e.Cfg.OpenNebula.HostBinary, hostCfg, act.dir, string(recBody)}
+	for _, f := range act.files {
+		remote = append(remote, string(f.data))
+	}
+	remote = append(remote, act.argv...)
+	argv, err := e.sshArgv(res.Host, remote)
+	if err != nil {
+		return -1, false, errorf(outcome.Usage, vm, "VM %d: %v", vm, err)
+	}
+	var stdin bytes.Buffer
+	_ = hoststep.WriteRequestFrame(&stdin, body)
+	stdin.Write(act.stdin)
+
+	// The step must answer within its budget as a separate step would;
+	// the action then has its own (timeouts.action).
+	budget := e.stepBudget()
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var framed, stepTimedOut atomic.Bool
+	timer := time.AfterFunc(budget, func() {
+		if !framed.Load() {
+			stepTimedOut.Store(true)
+			cancel()
+		}
+	})
+	defer timer.Stop()
+	out := &hoststep.FrameSplitter{Rest: act.stdout, OnFrame: func() { framed.Store(true) }}
+	code, rerr := run(rctx, proc{argv: argv, stdin: &stdin, stdout: out, stderr: e.Stderr,
+		timeout: budget + time.Duration(e.Cfg.Timeouts.Action)})
+	where := "host " + res.Host
+
+	if !out.Framed() {
+		if stepTimedOut.Load() {
+			rerr = fmt.Errorf("%w", errTimeout)
+		}
+		if rerr == nil && code != 255 && code != 126 && code != 127 {
+			if _, perr := hoststep.ReadResponse(bytes.NewReader(out.Unframed())); perr == nil {
+				e.Log.Info("host %s: its rbdfence host binary has no framed step (an older version): running the step and the %s separately; to upgrade the host, %s",
+					res.Host, act.what, hoststep.Fix)
+				return -1, true, nil
+			}
+		}
+		nerr := e.noAnswer(req, res.Host, where, anywhere, code, rerr, budget, lastLine(out.Unframed()))
+		if _, err := e.finishStart(res, req, nil, nerr); err != nil {
+			return -1, false, err
+		}
+		// fence.fail_open: the check could not be done, start anyway.
+		code, err := e.actionAlone(ctx, res, act)
+		return code, false, err
+	}
+	resp, perr := hoststep.ReadResponse(bytes.NewReader(out.Body))
+	if perr == nil && resp.Op != req.Op && (resp.Op != "" || resp.OK || resp.Kind == outcome.OK) {
+		perr = fmt.Errorf("answers op %q", resp.Op)
+	}
+	if perr != nil {
+		nerr := errorf(outcome.Unavailable, vm, "VM %d: the %s step on %s gave no valid answer: %v", vm, req.Op, where, perr)
+		if _, err := e.finishStart(res, req, nil, nerr); err != nil {
+			return -1, false, err
+		}
+		return -1, false, errorf(outcome.Failure, vm, "VM %d: the %s step on %s gave no valid answer and the session ended (exit %d)", vm, req.Op, where, code)
+	}
+	if !resp.OK {
+		// Refused (or the check could not be done): the script ran nothing else.
+		if _, err := e.finishStart(res, req, resp, nil); err != nil {
+			return -1, false, err
+		}
+		code, err := e.actionAlone(ctx, res, act)
+		return code, false, err
+	}
+	if _, err := e.finishStart(res, req, resp, nil); err != nil {
+		return -1, false, err
+	}
+	if rerr != nil {
+		return -1, false, errorf(outcome.Failure, vm, "VM %d: remote %s on %s: %v", vm, act.what, res.Host, rerr)
+	}
+	if code == 0 {
+		e.Log.Info("VM %d: %s records the new instance's client addresses in the background (a failure is logged there: audit log and syslog)", vm, res.Host)
+	}
+	return code, false, nil
+}
+
+// actionAlone runs the remote action by itself after fence.fail_open let a
+// start go on whose check could not be done (the script ran nothing).
+func (e *Env) actionAlone(ctx context.Context, res *StartResult, act remoteStart) (int, error) {
+	remote := act.argv
+	if inline := withVMDirFiles(act.dir, act.files, act.argv); inline != nil {
+		remote = inline
+	}
+	code, err := e.remoteAction(ctx, res.Host, remote, act.stdin, act.stdout, e.Stderr)
+	if err != nil {
+		return -1, errorf(outcome.Failure, act.vm, "VM %d: remote %s on %s: %v", act.vm, act.what, res.Host, err)
+	}
+	return code, nil
+}
