@@ -102,6 +102,16 @@ exit "$s"
 	return s
 }
 
+// sessionCommand is oneSession's remote command: startScript and its
+// positional arguments (none of them goes into the script's text).
+func sessionCommand(hostBin, hostCfg string, record []byte, act remoteStart) []string {
+	remote := []string{"sh", "-c", startScript(act.files), "rbdfence-start", hostBin, hostCfg, act.dir, string(record)}
+	for _, f := range act.files {
+		remote = append(remote, string(f.data))
+	}
+	return append(remote, act.argv...)
+}
+
 // oneSession runs the start step req and, if it admits the start, the
 // remote action in one ssh session: the driver's own deploy is one
 // session (one_vmm_exec.rb:443-470 of release-7.4.0), and over a warm
@@ -129,12 +139,7 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 	if c := e.Cfg.OpenNebula.HostConfig; c != config.DefaultPath {
 		hostCfg = c
 	}
-	remote := []string{"sh", "-c", startScript(act.files), "rbdfence-start", e.Cfg.OpenNebula.HostBinary, hostCfg, act.dir, string(recBody)}
-	for _, f := range act.files {
-		remote = append(remote, string(f.data))
-	}
-	remote = append(remote, act.argv...)
-	argv, err := e.sshArgv(res.Host, remote)
+	argv, err := e.sshArgv(res.Host, sessionCommand(e.Cfg.OpenNebula.HostBinary, hostCfg, recBody, act))
 	if err != nil {
 		return -1, false, errorf(outcome.Usage, vm, "VM %d: %v", vm, err)
 	}

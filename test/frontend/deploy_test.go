@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/events"
 	"github.com/rbdfence/rbdfence/test/testenv"
 )
@@ -39,10 +40,16 @@ func TestDeployEndToEnd(t *testing.T) {
 	local, sysDir, domain := f.deployFiles(vm, seq, specs)
 	stdin := base64.StdEncoding.EncodeToString([]byte(domain))
 
+	sessions := len(f.sshCalls())
 	r := f.run(f.vmm("deploy-rbdfence"), stdin, local, a.Name, fmt.Sprint(vm), a.Name)
 	t.Logf("deploy-rbdfence took %s\n%s", r.took, r.stderr)
 	if r.code != 0 {
 		t.Fatalf("deploy-rbdfence: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	// One ssh session, as the driver's own deploy: the start step, vm.xml
+	// and ds.xml, the remote deploy; the record runs on the host after it.
+	if calls := f.sshCalls()[sessions:]; len(calls) != 1 {
+		t.Errorf("deploy-rbdfence opened %d ssh sessions, want 1:\n%s", len(calls), strings.Join(calls, "\n"))
 	}
 	if strings.TrimSpace(r.stdout) != deployID {
 		t.Fatalf("stdout %q, want the remote deploy's DEPLOY_ID %q", r.stdout, deployID)
@@ -136,9 +143,16 @@ func TestRestoreRunsRemoteRestore(t *testing.T) {
 	z.WaitWrite(t, true, 30*time.Second)
 	msg := fmt.Sprintf("<VMM_DRIVER_ACTION_DATA><HOST>%s</HOST><DEPLOY_ID>%s</DEPLOY_ID><DATASTORE><TM_MAD>ceph</TM_MAD></DATASTORE><VM><ID>%d</ID></VM></VMM_DRIVER_ACTION_DATA>", a.Name, deployID, vm)
 	ckpt := fmt.Sprintf("/var/lib/one//datastores/0/%d/checkpoint", vm)
+	sessions := len(f.sshCalls())
 	r := f.run(f.vmm("restore-rbdfence"), base64.StdEncoding.EncodeToString([]byte(msg)), ckpt, a.Name, deployID, fmt.Sprint(vm), a.Name)
 	if r.code != 0 {
 		t.Fatalf("restore-rbdfence: exit %d\n%s", r.code, r.stderr)
+	}
+	if n := len(f.sshCalls()) - sessions; n != 1 {
+		t.Errorf("restore-rbdfence opened %d ssh sessions, want 1 (the start step and the restore)", n)
+	}
+	if c := f.claim(vm); c.State != "running" || c.Seq != 2 || c.Host != a.Name {
+		t.Errorf("claim after the restore and the host's background record: %+v", c)
 	}
 	if ev := z.WaitWrite(t, false, 30*time.Second); ev.Errno != 108 {
 		t.Fatalf("zombie errno %d", ev.Errno)
@@ -155,6 +169,48 @@ func TestRestoreRunsRemoteRestore(t *testing.T) {
 	}
 	if where := readFile(t, calls[0]+".where"); !strings.Contains(where, " "+a.IP+"/") {
 		t.Errorf("remote restore did not run on %s", a)
+	}
+}
+
+// TestDeployRecordFailureVisible: the host records the new instance's
+// addresses in the background after the deploy, so the deploy's result
+// cannot carry a failed record. Here the claim changes under it (a newer
+// deploy on another host is recorded while the remote deploy runs): the
+// deploy succeeds, and the record's refusal lands in the host's audit log.
+func TestDeployRecordFailureVisible(t *testing.T) {
+	f := setup(t)
+	a := f.hs.A
+	const seq = 1
+	vm, specs := f.newVM(a.Name, seq, "clone")
+	thief := engine.Claim{VM: vm, Seq: seq + 1, Host: f.hs.B.Name, Source: engine.SourceFrontend, State: engine.StateRunning, Run: "thief", Updated: time.Now().UTC()}
+	b, err := json.Marshal(thief)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.write(f.path("remote-calls", "claim.steal"), string(b), 0o644)
+	r := f.deployVM(vm, seq, a.Name, specs)
+	if r.code != 0 || strings.TrimSpace(r.stdout) != deployID {
+		t.Fatalf("deploy: exit %d stdout %q\n%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "in the background") {
+		t.Errorf("the deploy does not say where the record runs:\n%s", r.stderr)
+	}
+	// f.run waited for the background record.
+	var found bool
+	for _, l := range strings.Split(strings.TrimSpace(readFile(t, f.path("host-audit.log"))), "\n") {
+		var rec struct {
+			Op, Run, Result, Error string
+			VM                     int
+		}
+		if json.Unmarshal([]byte(l), &rec) == nil && rec.VM == vm && rec.Op == "record" && rec.Result == "error" && strings.Contains(rec.Error, "#2") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no failed record of VM %d in the host's audit log:\n%s", vm, readFile(t, f.path("host-audit.log")))
+	}
+	if c := f.claim(vm); c.Run != "thief" {
+		t.Fatalf("the failed record changed the claim: %+v", c)
 	}
 }
 

@@ -99,10 +99,16 @@ func TestRefusals(t *testing.T) {
 			t.Fatalf("first deploy on %s: exit %d\n%s", b.Name, r.code, r.stderr)
 		}
 		calls := len(f.calls("deploy"))
+		sessions := len(f.sshCalls())
 		// The same deploy (#5) started again, on host A: refused, naming B.
 		r := f.deployVM(vm, 5, a.Name, specs)
 		if len(f.calls("deploy")) != calls {
 			t.Fatal("the remote deploy ran for the refused start")
+		}
+		// The refusal came from the one session the deploy shares with
+		// the start step, which ran nothing after it.
+		if n := len(f.sshCalls()) - sessions; n != 1 {
+			t.Errorf("the refused deploy opened %d ssh sessions, want 1", n)
 		}
 		if r.code != 4 || len(r.plainLines()) != 1 || !strings.Contains(r.plainLines()[0], "claimed by host "+b.Name) {
 			t.Fatalf("exit %d, want 4 and one line naming %s:\n%s", r.code, b.Name, r.stderr)

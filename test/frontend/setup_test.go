@@ -154,9 +154,10 @@ if [ -s %[1]s/starts ]; then
 		for i in $(seq 300); do grep -qs '"ready"' %[1]s/qemu-$n-$k.out && break; sleep 0.1; done
 	done
 fi
+if [ -f %[1]s/claim.steal ]; then rados -c %[7]s --id %[4]s --keyring %[5]s -p one put %[8]s$3 %[1]s/claim.steal; fi
 if [ -f %[1]s/deploy.fail ]; then echo "ERROR MESSAGE --8<------" >&2; echo "Could not create domain from $1" >&2; echo "ERROR MESSAGE ------>8--" >&2; exit 255; fi
 echo %[6]s
-`, rec, zombie, f.ceph.Mon, f.ceph.User, f.ceph.Keyring, deployID), 0o755)
+`, rec, zombie, f.ceph.Mon, f.ceph.User, f.ceph.Keyring, deployID, f.ceph.Conf, strings.TrimSuffix(engine.ClaimObject(0), "0")), 0o755)
 	f.write(f.path("hostremotes/vmm/kvm/restore"), fmt.Sprintf(`#!/bin/bash
 n=$(date +%%s%%N)
 mkdir -p %[1]s
@@ -267,7 +268,38 @@ func (f *fe) run(prog string, stdin string, args ...string) result {
 	if strings.Contains(r.stderr, "panic") || strings.Contains(r.stderr, "goroutine ") {
 		f.t.Fatalf("%s %v panicked:\n%s", prog, args, r.stderr)
 	}
+	if b := filepath.Base(prog); b == "deploy-rbdfence" || b == "restore-rbdfence" {
+		f.waitDetached()
+	}
 	return r
+}
+
+// waitDetached waits until no record that a host runs in the background
+// after a deploy or restore (rbdfence host --detached, started by the
+// session's script with this front-end's host config) is still running:
+// the shell forks it before the session ends, so it is seen if it runs.
+func (f *fe) waitDetached() {
+	f.t.Helper()
+	mark := []byte(f.path("host.yaml"))
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		busy := false
+		m, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range m {
+			b, err := os.ReadFile(p)
+			if err == nil && bytes.Contains(b, []byte("--detached")) && bytes.Contains(b, mark) {
+				busy = true
+				break
+			}
+		}
+		if !busy {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatal("the host's background record still runs after 2 minutes")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func (f *fe) vmm(name string) string { return filepath.Join(f.remotes, "vmm/kvm", name) }

@@ -1,0 +1,181 @@
+package frontend
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/hoststep"
+)
+
+// fakeHostBinary is a stand-in for `rbdfence host` in TestSessionCommand:
+// framed, it reads its request exactly (dd one byte at a time, as the real
+// binary reads without reading ahead), says something on stderr, and
+// answers framed with the response in $dir/answer and the exit code in
+// $dir/code; detached, it keeps its stdin (the record request) in
+// $dir/record.
+const fakeHostBinary = `#!/bin/sh
+dir=$(dirname "$0")
+echo "$@" >> "$dir/argv"
+case " $* " in
+*" --detached "*) cat > "$dir/record.tmp"; mv "$dir/record.tmp" "$dir/record"; exit 0 ;;
+esac
+read -r tag n
+[ "$tag" = rbdfence-step-request ] || { echo "bad header $tag" >&2; exit 2; }
+dd bs=1 count="$n" of="$dir/request" 2>/dev/null
+echo "host step diagnostics" >&2
+a=$(cat "$dir/answer")
+printf 'rbdfence-step-response %d\n%s' "${#a}" "$a"
+exit $(cat "$dir/code")
+`
+
+// TestSessionCommand runs oneSession's remote command through a real
+// shell, as ssh hands it to the host: the step reads its framed request
+// and leaves the domain XML for the deploy byte for byte; an admitted start
+// writes vm.xml and ds.xml, runs the deploy (whose output alone follows the
+// frame) and starts the record in the background; a refusal keeps its exit
+// code and runs nothing else; shell metacharacters in the data stay data.
+func TestSessionCommand(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		answer     string
+		code       int
+		deployFail bool
+		wantCode   int
+		wantDeploy bool
+		wantRecord bool
+	}{
+		{name: "admitted", answer: `{"op":"start","ok":true,"version":3}`, wantDeploy: true, wantRecord: true},
+		{name: "refused", answer: `{"op":"start","ok":false,"kind":"refused","error":"claimed by host b","version":3}`, code: 4, wantCode: 4},
+		{name: "deploy fails", answer: `{"op":"start","ok":true,"version":3}`, deployFail: true, wantCode: 255, wantDeploy: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			bin := filepath.Join(dir, "rbdfence-host")
+			write := func(p, s string, mode os.FileMode) {
+				if err := os.WriteFile(p, []byte(s), mode); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write(bin, fakeHostBinary, 0o755)
+			write(filepath.Join(dir, "answer"), tc.answer, 0o644)
+			write(filepath.Join(dir, "code"), strconv.Itoa(tc.code), 0o644)
+			deploy := filepath.Join(dir, "deploy")
+			fail := ""
+			if tc.deployFail {
+				fail = "echo 'Could not create domain' >&2; exit 255\n"
+			}
+			write(deploy, "#!/bin/sh\nprintf '%s|' \"$@\" > \""+dir+"/deploy.args\"\ncat > \""+dir+"/deploy.stdin\"\n"+fail+"echo one-42\n", 0o755)
+
+			vmDir := filepath.Join(dir, "datastores", "0", "42")
+			files := []vmDirFileData{{"vm.xml", []byte("<VM><T><![CDATA[it's $(x) `y` \"z\" \\ %s]]></T></VM>")}, {"ds.xml", []byte("<DATASTORE/>")}}
+			domain := "<domain>'$(reboot)' \"`x`\"\n</domain>\n"
+			act := remoteStart{what: "deploy", dir: vmDir, files: files, stdin: []byte(domain),
+				argv: []string{deploy, vmDir + "/deployment.0", "node1", "42", "node1"}}
+			record := []byte(`{"op":"record","vm":42,"run":"r'un"}`)
+			req := []byte(`{"op":"start","vm":42}`)
+
+			cmd := exec.Command("sh", "-c", shellJoin(sessionCommand(bin, "/etc/one/it's.yaml", record, act)))
+			var in bytes.Buffer
+			if err := hoststep.WriteRequestFrame(&in, req); err != nil {
+				t.Fatal(err)
+			}
+			in.WriteString(domain)
+			cmd.Stdin = &in
+			var rest, stderr bytes.Buffer
+			out := &hoststep.FrameSplitter{Rest: &rest}
+			cmd.Stdout, cmd.Stderr = out, &stderr
+			code := 0
+			if err := cmd.Run(); err != nil {
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) {
+					t.Fatal(err)
+				}
+				code = ee.ExitCode()
+			}
+			if code != tc.wantCode {
+				t.Fatalf("exit %d, want %d; stderr %q", code, tc.wantCode, stderr.String())
+			}
+			if !out.Framed() || string(out.Body) != tc.answer {
+				t.Fatalf("frame %v %q, want %q", out.Framed(), out.Body, tc.answer)
+			}
+			if got := string(out.Unframed()); got != "host step diagnostics\n" {
+				t.Errorf("before the frame %q, want the step's stderr", got)
+			}
+			if got := readOr(filepath.Join(dir, "request")); got != string(req) {
+				t.Errorf("the step read %q, want %q", got, req)
+			}
+			argv := readOr(filepath.Join(dir, "argv"))
+			if !strings.HasPrefix(argv, "host --framed --config /etc/one/it's.yaml\n") {
+				t.Errorf("host binary argv %q", argv)
+			}
+			if !tc.wantDeploy {
+				if rest.Len() != 0 || fileExists(filepath.Join(dir, "deploy.args")) || fileExists(filepath.Join(vmDir, "vm.xml")) {
+					t.Fatalf("after a refusal: stdout %q, deploy ran %v, vm.xml written %v", rest.String(), fileExists(filepath.Join(dir, "deploy.args")), fileExists(filepath.Join(vmDir, "vm.xml")))
+				}
+				if stderr.Len() != 0 {
+					t.Errorf("stderr after a refusal %q, want nothing (the step's goes before its frame)", stderr.String())
+				}
+			} else {
+				if got, want := readOr(filepath.Join(dir, "deploy.stdin")), domain; got != want {
+					t.Errorf("deploy stdin %q, want %q", got, want)
+				}
+				if got, want := readOr(filepath.Join(dir, "deploy.args")), vmDir+"/deployment.0|node1|42|node1|"; got != want {
+					t.Errorf("deploy args %q, want %q", got, want)
+				}
+				if want := map[bool]string{false: "one-42\n", true: ""}[tc.deployFail]; rest.String() != want {
+					t.Errorf("after the frame %q, want only the deploy's output %q", rest.String(), want)
+				}
+				for _, f := range files {
+					if got := readOr(filepath.Join(vmDir, f.name)); got != string(f.data) {
+						t.Errorf("%s %q, want %q", f.name, got, f.data)
+					}
+				}
+			}
+			recPath := filepath.Join(dir, "record")
+			if tc.wantRecord {
+				deadline := time.Now().Add(30 * time.Second)
+				for !fileExists(recPath) && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if got := readOr(recPath); got != string(record) {
+					t.Fatalf("background record got %q, want %q", got, record)
+				}
+				if argv := readOr(filepath.Join(dir, "argv")); !strings.Contains(argv, "host --detached --config /etc/one/it's.yaml\n") {
+					t.Errorf("record argv %q", argv)
+				}
+			} else if strings.Contains(readOr(filepath.Join(dir, "argv")), "--detached") {
+				t.Fatal("the record ran although the deploy did not succeed")
+			}
+		})
+	}
+}
+
+func readOr(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// TestStartScriptConstant: the remote script depends only on how many
+// files go with it, never on data.
+func TestStartScriptConstant(t *testing.T) {
+	a := startScript([]vmDirFileData{{"vm.xml", []byte("$(a)")}, {"ds.xml", []byte("b")}})
+	b := startScript([]vmDirFileData{{"vm.xml", []byte("x")}, {"ds.xml", []byte("'")}})
+	if a != b {
+		t.Fatal("the script text depends on the files' contents")
+	}
+	if strings.Contains(a, "$(a)") || startScript(nil) == a {
+		t.Fatal("unexpected script")
+	}
+}
