@@ -28,12 +28,19 @@ import (
 // action's output. With --detached nobody reads the response (the record
 // the host runs in the background after a deploy): a failure is appended to
 // the audit log and sent to syslog, where an operator finds it.
-func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("host", flag.ContinueOnError)
 	var c common
 	c.register(fs)
 	framed := fs.Bool("framed", false, "framed request and response (one ssh session with the remote action)")
 	detached := fs.Bool("detached", false, "nobody reads the response: log a failure to the audit log and syslog")
+	defer func() {
+		// Framed, every failure is in the response; a line on stderr would
+		// come after the frame, among the remote action's output.
+		if *framed && err != nil {
+			err = &reportedError{err}
+		}
+	}()
 	var req *hoststep.Request
 	write := func(r *hoststep.Response) error {
 		body, err := json.Marshal(hoststep.Reply(req, r))
@@ -54,7 +61,7 @@ func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if *framed {
 		read = hoststep.ReadRequestFrame
 	}
-	req, err := read(stdin)
+	req, err = read(stdin)
 	if err != nil {
 		r := &hoststep.Response{Kind: outcome.Usage, Error: err.Error()}
 		if req != nil {
@@ -88,6 +95,18 @@ func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	}
 	return nil
 }
+
+// reportedError is an error the response already reported: the exit
+// code is its kind's, nothing is printed (exitCode).
+type reportedError struct{ err error }
+
+func (e *reportedError) Error() string { return e.err.Error() }
+
+func (e *reportedError) Unwrap() error { return e.err }
+
+func (e *reportedError) Outcome() outcome.Kind { return outcome.Of(e.err) }
+
+func (e *reportedError) reported() bool { return true }
 
 type hostStepError struct{ r *hoststep.Response }
 

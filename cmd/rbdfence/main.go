@@ -99,7 +99,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 // exitCode maps an error to its exit code (internal/outcome) and prints it
 // as one line.
 func exitCode(err error, stderr io.Writer) int {
-	if err == nil || errors.Is(err, errFound) {
+	var r interface{ reported() bool }
+	if err == nil || errors.Is(err, errFound) || (errors.As(err, &r) && r.reported()) {
 		return outcome.Of(err).Code()
 	}
 	fmt.Fprintln(stderr, "rbdfence: "+strings.Join(strings.Fields(err.Error()), " "))

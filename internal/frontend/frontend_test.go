@@ -43,6 +43,7 @@ func TestCheckHost(t *testing.T) {
 }
 
 func TestSSHArgv(t *testing.T) {
+	t.Setenv("SSH_OPT_CONTROL_MASTER", "")
 	cfg := config.Default()
 	cfg.OpenNebula.SSH = "ssh -F /etc/x/ssh_config"
 	cfg.Timeouts.SSH = config.Duration(7 * time.Second)
@@ -64,6 +65,13 @@ func TestSSHArgv(t *testing.T) {
 	if strings.Contains(strings.Join(got, " "), "ControlMaster=auto") {
 		t.Fatalf("ControlMaster=auto with a delegated action: %q", got)
 	}
+	// oned's environment may override the wrapper's default, as it does
+	// for the drivers (share/ssh/bin/ssh:23-36 of release-7.4.0).
+	t.Setenv("SSH_OPT_CONTROL_MASTER", "no")
+	if got, _ = e.sshArgv("node1", []string{"x"}); !strings.Contains(strings.Join(got, " "), "-o ControlMaster=no node1") {
+		t.Fatalf("SSH_OPT_CONTROL_MASTER=no not followed: %q", got)
+	}
+	t.Setenv("SSH_OPT_CONTROL_MASTER", "")
 	// So does an admin's ssh command.
 	e.Cfg.OpenNebula.SSH = "ssh -o ControlMaster=no"
 	if got, _ = e.sshArgv("node1", []string{"x"}); strings.Contains(strings.Join(got, " "), "ControlMaster=auto") {

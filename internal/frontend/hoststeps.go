@@ -116,12 +116,20 @@ func (e *Env) sshArgvOpts(host string, remote []string, opts ...string) ([]strin
 	argv := strings.Fields(e.Cfg.OpenNebula.SSH)
 	argv = append(argv, "-o", "BatchMode=yes", "-o", "ConnectTimeout="+strconv.Itoa(ct))
 	// Share the persistent connection of oneadmin's ssh config, as the ssh
-	// wrapper on oned's PATH does for every driver (ControlMaster=auto
-	// unless given, share/ssh/bin/ssh:98 of release-7.4.0; ControlPath and
-	// ControlPersist 70s come from share/ssh/etc/config). Without a
+	// wrapper on oned's PATH does for every driver: ControlMaster from
+	// $SSH_OPT_CONTROL_MASTER, auto when unset (share/ssh/bin/ssh:36 and
+	// :98 of release-7.4.0), unless one is given; ControlPath
+	// /run/one/ssh-socks/ctl-M-%C.sock and ControlPersist 70s come from
+	// oneadmin's ~/.ssh/config (share/ssh/etc/config:26-28). The host name
+	// is the one oned gives the drivers, so %C names the same socket and
+	// the drivers' master connection carries our sessions. Without a
 	// ControlPath in the config ssh ignores it.
 	if !strings.Contains(strings.ToLower(strings.Join(append(argv, opts...), " ")), "controlmaster") {
-		argv = append(argv, "-o", "ControlMaster=auto")
+		cm := os.Getenv("SSH_OPT_CONTROL_MASTER")
+		if cm == "" {
+			cm = "auto"
+		}
+		argv = append(argv, "-o", "ControlMaster="+cm)
 	}
 	argv = append(argv, opts...)
 	argv = append(argv, host, shellJoin(remote))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -160,10 +161,19 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 		}
 	})
 	defer timer.Stop()
-	out := &hoststep.FrameSplitter{Rest: act.stdout, OnFrame: func() { framed.Store(true) }}
-	code, rerr := run(rctx, proc{argv: argv, stdin: &stdin, stdout: out, stderr: e.Stderr,
+	errw := &gatedWriter{w: e.Stderr, kept: capBuffer{max: 64 << 10}}
+	var out *hoststep.FrameSplitter
+	out = &hoststep.FrameSplitter{Rest: act.stdout, OnFrame: func() {
+		framed.Store(true)
+		errw.open(hoststep.FrameAdmits(out.Body))
+	}}
+	code, rerr := run(rctx, proc{argv: argv, stdin: &stdin, stdout: out, stderr: errw,
 		timeout: budget + time.Duration(e.Cfg.Timeouts.Action)})
 	where := "host " + res.Host
+	why := lastLine(errw.kept.buf.Bytes())
+	if why == "" {
+		why = lastLine(out.Unframed())
+	}
 
 	if !out.Framed() {
 		if stepTimedOut.Load() {
@@ -176,7 +186,7 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 				return -1, true, nil
 			}
 		}
-		nerr := e.noAnswer(req, res.Host, where, anywhere, code, rerr, budget, lastLine(out.Unframed()))
+		nerr := e.noAnswer(req, res.Host, where, anywhere, code, rerr, budget, why)
 		if _, err := e.finishStart(res, req, nil, nerr); err != nil {
 			return -1, false, err
 		}
@@ -227,4 +237,46 @@ func (e *Env) actionAlone(ctx context.Context, res *StartResult, act remoteStart
 		return -1, errorf(outcome.Failure, act.vm, "VM %d: remote %s on %s: %v", act.vm, act.what, res.Host, err)
 	}
 	return code, nil
+}
+
+// gatedWriter holds the session's stderr until the step's frame says
+// whether the action runs: then it passes what it held and all that
+// follows to w (the action's stderr, relayed as the driver's). Before
+// that, and for ever when the step did not admit the start, it only keeps
+// it (kept): ssh's own complaint names why the step got no answer, as a
+// separate step's captured stderr did.
+type gatedWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	kept   capBuffer
+	held   bytes.Buffer
+	opened bool
+	closed bool
+}
+
+func (g *gatedWriter) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, _ = g.kept.Write(p)
+	switch {
+	case g.opened:
+		return g.w.Write(p)
+	case !g.closed && g.held.Len() < 1<<20:
+		g.held.Write(p)
+	}
+	return len(p), nil
+}
+
+// open passes the held output on when pass, else drops it for good.
+func (g *gatedWriter) open(pass bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !pass {
+		g.closed = true
+		g.held.Reset()
+		return
+	}
+	g.opened = true
+	_, _ = g.w.Write(g.held.Bytes())
+	g.held.Reset()
 }

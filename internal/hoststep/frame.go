@@ -186,3 +186,11 @@ func (s *FrameSplitter) Unframed() []byte {
 	}
 	return out
 }
+
+// FrameAdmits reports whether a response frame's body says the step
+// succeeded (the remote action runs after it). Only a well-formed answer
+// admits.
+func FrameAdmits(body []byte) bool {
+	resp, err := ReadResponse(bytes.NewReader(body))
+	return err == nil && resp.OK
+}

@@ -186,7 +186,8 @@ exit 0
 		}
 	})
 	// ssh as the drivers run it, with every call logged.
-	f.write(f.path("ssh"), fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %s\nexec ssh -F %s \"$@\"\n", f.path("ssh.log"), f.hs.SSHConfig), 0o755)
+	// One line per session (a remote script's newlines become spaces).
+	f.write(f.path("ssh"), fmt.Sprintf("#!/bin/sh\n{ printf '%%s' \"$*\" | tr '\\n' ' '; echo; } >> %s\nexec ssh -F %s \"$@\"\n", f.path("ssh.log"), f.hs.SSHConfig), 0o755)
 	f.write(f.path("one_auth"), oneAuth+"\n", 0o600)
 }
 
