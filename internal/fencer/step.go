@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
@@ -57,9 +58,11 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 		failpoint.Hit("after-blocklist")
 	}
 	base := engine.Who{VM: req.VM, Seq: req.Seq, Host: req.Host, Source: req.Source, Run: req.Run, Incoming: req.Incoming}
-	if err := refuseRunning(ctx, cfg, req); err != nil {
-		return fail(err)
-	}
+	// Ask libvirt (a virsh process) while Ceph connects; every group waits
+	// for the answer before its claim is read or anything is fenced.
+	running := make(chan error, 1)
+	go func() { running <- refuseRunning(ctx, cfg, req) }()
+	notRunning := sync.OnceValue(func() error { return <-running })
 	meta := audit.Meta{Run: req.Run, Op: req.Op, VM: req.VM, Host: req.Host}
 
 	// A start with disks in several clusters (or reached with several Ceph
@@ -67,7 +70,7 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 	// fences nothing in another.
 	if (req.Op == hoststep.OpStart || req.Op == hoststep.OpAttach) && len(groups) > 1 {
 		for _, g := range groups {
-			if _, err := runGroup(ctx, cfg, req, g, base, opts, ips, true); err != nil {
+			if _, err := runGroup(ctx, cfg, req, g, base, opts, ips, true, notRunning); err != nil {
 				return fail(err)
 			}
 		}
@@ -78,7 +81,7 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 	handover := true
 	for _, g := range groups {
 		var res *engine.ClaimResult
-		res, err = runGroup(ctx, cfg, req, g, base, opts, ips, req.Op == hoststep.OpCheck)
+		res, err = runGroup(ctx, cfg, req, g, base, opts, ips, req.Op == hoststep.OpCheck, notRunning)
 		if res != nil {
 			handover = handover && res.Handover
 			mergeClaim(resp, res)
@@ -130,12 +133,18 @@ func putEvents(s *events.Spool, recs []audit.Record, source string) {
 
 // runGroup runs req's step for the disks of group g under the VM's claim in
 // g's cluster (dry for a check, or for the admission pass of a start).
-func runGroup(ctx context.Context, cfg *config.Config, req *hoststep.Request, g Group, who engine.Who, opts engine.Options, ips []netip.Addr, dry bool) (*engine.ClaimResult, error) {
+func runGroup(ctx context.Context, cfg *config.Config, req *hoststep.Request, g Group, who engine.Who, opts engine.Options, ips []netip.Addr, dry bool, notRunning func() error) (*engine.ClaimResult, error) {
 	sess, err := Open(ctx, g.Access, opts)
 	if err != nil {
+		if rerr := notRunning(); rerr != nil {
+			return nil, rerr // refused whatever Ceph says, as before connecting
+		}
 		return nil, err
 	}
 	defer sess.Close()
+	if err := notRunning(); err != nil {
+		return nil, err
+	}
 	who.Pool = ClaimPool(cfg)
 	if cfg.Ceph.ClaimPool == "" && req.Op != hoststep.OpCheck && req.Op != hoststep.OpIncoming && !dry {
 		// Upgrade: the claim moves from the first disk's pool once.

@@ -43,14 +43,15 @@ import (
 
 func main() {
 	reps := flag.Int("reps", 9, "runs per measurement (the median is reported)")
+	compare := flag.String("compare", "", "another build's deploy-rbdfence, timed in the same rounds (its host steps run this build's host binary)")
 	flag.Parse()
-	if err := testenv.RunProgram(func(t testenv.T) error { return run(t, *reps) }); err != nil {
+	if err := testenv.RunProgram(func(t testenv.T) error { return run(t, *reps, *compare) }); err != nil {
 		fmt.Fprintln(os.Stderr, "prestartbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(tb testenv.T, reps int) error {
+func run(tb testenv.T, reps int, compare string) error {
 	hs := testenv.StartHosts(tb)
 	c := testenv.StartCephNet(tb)
 	prestart, host := testenv.Bin(tb, "prestart"), testenv.Bin(tb, "rbdfence")
@@ -209,18 +210,22 @@ spool_dir: %s/spool
 		cmd.Stdin = strings.NewReader(domain)
 		return timeIt(cmd)
 	}
-	rbdDeploy := func() time.Duration {
-		cmd := exec.Command(testenv.Bin(tb, "deploy-rbdfence"), local, hs.A.Name, fmt.Sprint(vm), hs.A.Name)
+	deployWith := func(bin string) time.Duration {
+		cmd := exec.Command(bin, local, hs.A.Name, fmt.Sprint(vm), hs.A.Name)
 		cmd.Env = append(os.Environ(), "RBDFENCE_CONFIG="+deployCfg)
 		cmd.Stdin = strings.NewReader(base64.StdEncoding.EncodeToString([]byte(domain)))
 		return timeIt(cmd)
 	}
-	plainDeploy() // warms the master connection
-	rbdDeploy()   // the first start writes the claim
-	var plain, wrapped []time.Duration
+	ours := testenv.Bin(tb, "deploy-rbdfence")
+	plainDeploy()    // warms the master connection
+	deployWith(ours) // the first start writes the claim
+	var plain, wrapped, other []time.Duration
 	for i := 0; i < reps; i++ {
 		plain = append(plain, plainDeploy())
-		wrapped = append(wrapped, rbdDeploy())
+		wrapped = append(wrapped, deployWith(ours))
+		if compare != "" {
+			other = append(other, deployWith(compare))
+		}
 	}
 	median := func(d []time.Duration) time.Duration {
 		c := append([]time.Duration(nil), d...)
@@ -236,6 +241,12 @@ spool_dir: %s/spool
 	row("context: host step alone (check, no ssh)", step)
 	row("plain deploy, warm ssh master", plain)
 	row("deploy-rbdfence, nothing to fence, warm master", wrapped)
-	fmt.Printf("  %-44s %7s (median of deploy-rbdfence minus median of the plain deploy)\n", "added by rbdfence to a start", extra.Round(time.Millisecond))
+	fmt.Printf("  %-44s %7s (median of deploy-rbdfence minus median of the plain deploy; ratio %.2fx)\n", "added by rbdfence to a start", extra.Round(time.Millisecond),
+		float64(median(wrapped))/float64(median(plain)))
+	if compare != "" {
+		row("deploy-rbdfence of "+filepath.Base(filepath.Dir(compare)), other)
+		fmt.Printf("  %-44s %7s (ratio %.2fx)\n", "added by the compared build", (median(other) - median(plain)).Round(time.Millisecond),
+			float64(median(other))/float64(median(plain)))
+	}
 	return nil
 }
