@@ -80,7 +80,8 @@ func (e *Env) startThenRun(ctx context.Context, res *StartResult, req *hoststep.
 // step admits the start (exit 0) does it write the files and run the
 // action on the rest of stdin; after a successful action it starts the
 // record in the background, detached from the session (stdin, stdout,
-// stderr not the session's: ssh does not wait for it).
+// stderr not the session's: ssh does not wait for it), at a lower CPU
+// priority (nice, where the host has it) than the VM that just started.
 func startScript(files []vmDirFileData) string {
 	s := `b=$1 c=$2 d=$3 r=$4
 if [ -n "$c" ]; then "$b" host --framed --config "$c"; else "$b" host --framed; fi 2>&1 || exit
@@ -95,8 +96,9 @@ if [ -n "$c" ]; then "$b" host --framed --config "$c"; else "$b" host --framed; 
 	s += fmt.Sprintf(`shift %d
 "$@"
 s=$?
+rec() { printf '%%s' "$r" | if [ -n "$c" ]; then "$@" "$b" host --detached --config "$c"; else "$@" "$b" host --detached; fi; }
 if [ "$s" -eq 0 ]; then
-	if [ -n "$c" ]; then printf '%%s' "$r" | "$b" host --detached --config "$c"; else printf '%%s' "$r" | "$b" host --detached; fi </dev/null >/dev/null 2>&1 &
+	if command -v nice >/dev/null 2>&1; then rec nice -n 10; else rec; fi </dev/null >/dev/null 2>&1 &
 fi
 exit "$s"
 `, len(files)+4)
