@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -11,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/opennebula"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // fakeHostBinary is a stand-in for `rbdfence host` in TestSessionCommand:
@@ -177,5 +181,87 @@ func TestStartScriptConstant(t *testing.T) {
 	}
 	if strings.Contains(a, "$(a)") || startScript(nil) == a {
 		t.Fatal("unexpected script")
+	}
+}
+
+// TestOneSession drives oneSession through a stand-in ssh that runs the
+// remote command in a local shell (as sshd hands it to the login shell)
+// and the fake host binary: an admitted start relays only the deploy's
+// output and stderr; a refusal is the step's error, with nothing on stdout
+// or stderr and the deploy unrun; a host binary without --framed (an
+// older version) answers plainly and the caller falls back to separate
+// commands, nothing having run.
+func TestOneSession(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		answer                string
+		code                  int
+		old                   bool
+		wantErr, wantFallback bool
+		wantStdout            string
+	}{
+		{name: "admitted", answer: `{"op":"start","ok":true,"version":3}`, wantStdout: "one-42\n"},
+		{name: "refused", answer: `{"op":"start","ok":false,"kind":"refused","error":"claimed by host b","version":3}`, code: 4, wantErr: true},
+		{name: "older host binary", old: true, wantFallback: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			write := func(name, s string) string {
+				p := filepath.Join(dir, name)
+				if err := os.WriteFile(p, []byte(s), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+			write("ssh", "#!/bin/sh\nfor last; do :; done\necho x >> \""+dir+"/sessions\"\nexec sh -c \"$last\"\n")
+			bin := write("rbdfence-host", fakeHostBinary)
+			if tc.old {
+				bin = write("rbdfence-host", "#!/bin/sh\necho x >> \""+dir+"/argv\"\necho '{\"ok\":false,\"kind\":\"usage\",\"error\":\"host: flag provided but not defined: -framed\"}'\nexit 2\n")
+			}
+			write("answer", tc.answer)
+			write("code", strconv.Itoa(tc.code))
+			deploy := write("deploy", "#!/bin/sh\ncat > \""+dir+"/deploy.stdin\"\necho 'deploy says' >&2\necho one-42\n")
+
+			cfg := config.Default()
+			cfg.OpenNebula.SSH = filepath.Join(dir, "ssh")
+			cfg.OpenNebula.HostBinary = bin
+			cfg.AuditLog = filepath.Join(dir, "audit.log")
+			cfg.SpoolDir = filepath.Join(dir, "spool")
+			var stdout, stderr bytes.Buffer
+			e := &Env{Cfg: cfg, Stdout: &stdout, Stderr: &stderr, Log: NewLog(&stderr, 42)}
+			res := &StartResult{VM: &opennebula.VMInfo{ID: 42}, Host: "node1", Seq: 1, Run: "r"}
+			req := &hoststep.Request{Op: hoststep.OpStart, VM: 42, Seq: 1, Host: "node1", Run: "r", Source: "frontend"}
+			act := remoteStart{vm: 42, what: "deploy", argv: []string{deploy}, stdin: []byte("<domain/>"), stdout: &stdout}
+			code, fallback, err := e.oneSession(context.Background(), res, req, act)
+			if fallback != tc.wantFallback || (err != nil) != tc.wantErr {
+				t.Fatalf("code %d fallback %v err %v\nstderr %s", code, fallback, err, stderr.String())
+			}
+			if n := strings.Count(readOr(filepath.Join(dir, "sessions")), "x"); n != 1 {
+				t.Errorf("%d ssh sessions, want 1", n)
+			}
+			if stdout.String() != tc.wantStdout {
+				t.Errorf("stdout %q, want %q", stdout.String(), tc.wantStdout)
+			}
+			ran := fileExists(filepath.Join(dir, "deploy.stdin"))
+			if ran != (tc.wantStdout != "") {
+				t.Fatalf("deploy ran: %v", ran)
+			}
+			if ran {
+				if got := readOr(filepath.Join(dir, "deploy.stdin")); got != "<domain/>" {
+					t.Errorf("deploy stdin %q", got)
+				}
+				if !strings.Contains(stderr.String(), "deploy says") || strings.Contains(stderr.String(), "host step diagnostics") {
+					t.Errorf("stderr %q: want the deploy's, not the step's", stderr.String())
+				}
+			} else if strings.Contains(stderr.String(), "diagnostics") {
+				t.Errorf("the step's stderr was relayed: %q", stderr.String())
+			}
+			if tc.wantErr {
+				var fe *Error
+				if !errors.As(err, &fe) || fe.Kind != outcome.Refused || !strings.Contains(fe.Msg, "claimed by host b") {
+					t.Errorf("error %v, want the refusal", err)
+				}
+			}
+		})
 	}
 }
