@@ -39,9 +39,14 @@
 // the path oned itself uses (History::rdeployment_file); without that
 // metadata it is <datastore_location>/<system DS>/<vmid>/<basename>.
 // Restore is the same with <remote_dir>/vmm/kvm/restore and the driver
-// action XML. When the start check refuses, the remote action is not run.
-// After a successful deploy or restore the started instance's client
-// addresses are recorded in the VM's claim (best effort).
+// action XML. With the step on the host (remote: ssh) the check and the
+// action share one ssh session (remote.go: a constant script, the step's
+// request and answer framed on stdin and stdout before the action's). When
+// the start check refuses, the remote action is not run. After a
+// successful deploy or restore the started instance's client addresses are
+// recorded in the VM's claim: by the host in the background after the
+// action in that session (a failure goes to the host's audit log and
+// syslog), or by a separate record step when the check ran elsewhere.
 //
 // # Exit codes of the drivers
 //
