@@ -105,6 +105,11 @@ exit "$s"
 	return s
 }
 
+// maxRemoteCommand bounds oneSession's remote command line: ssh hands it to
+// the login shell as one argument, and Linux takes at most 128 KiB per
+// argument.
+const maxRemoteCommand = 120 << 10
+
 // sessionCommand is oneSession's remote command: startScript and its
 // positional arguments (none of them goes into the script's text).
 func sessionCommand(hostBin, hostCfg string, record []byte, act remoteStart) []string {
@@ -142,7 +147,11 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 	if c := e.Cfg.OpenNebula.HostConfig; c != config.DefaultPath {
 		hostCfg = c
 	}
-	argv, err := e.sshArgv(res.Host, sessionCommand(e.Cfg.OpenNebula.HostBinary, hostCfg, recBody, act))
+	remote := sessionCommand(e.Cfg.OpenNebula.HostBinary, hostCfg, recBody, act)
+	if len(shellJoin(remote)) > maxRemoteCommand {
+		return -1, true, nil // separate commands: the files go by copyVMDirFiles
+	}
+	argv, err := e.sshArgv(res.Host, remote)
 	if err != nil {
 		return -1, false, errorf(outcome.Usage, vm, "VM %d: %v", vm, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/opennebula"
 	"github.com/rbdfence/rbdfence/internal/outcome"
+	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
 
 // fakeHostBinary is a stand-in for `rbdfence host` in TestSessionCommand:
@@ -263,5 +265,23 @@ func TestOneSession(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOneSessionTooLong: a remote command over maxRemoteCommand (a VM with
+// very many disks) is not attempted: the caller runs separate commands.
+func TestOneSessionTooLong(t *testing.T) {
+	dir := t.TempDir()
+	cfg := config.Default()
+	cfg.OpenNebula.SSH = filepath.Join(dir, "no-ssh-may-run")
+	e := &Env{Cfg: cfg, Stdout: io.Discard, Stderr: io.Discard, Log: NewLog(io.Discard, 42)}
+	req := &hoststep.Request{Op: hoststep.OpStart, VM: 42, Seq: 1, Host: "node1", Run: "r", Source: "frontend"}
+	for i := 0; i < 2000; i++ {
+		req.Disks = append(req.Disks, vmdisk.Disk{ID: strconv.Itoa(i), Pool: "one", Name: "one-" + strings.Repeat("9", 40), Monitors: []string{"10.0.0.1:6789"}})
+	}
+	res := &StartResult{VM: &opennebula.VMInfo{ID: 42}, Host: "node1", Seq: 1, Run: "r"}
+	code, fallback, err := e.oneSession(context.Background(), res, req, remoteStart{vm: 42, what: "deploy", argv: []string{"/x/deploy"}, stdout: io.Discard})
+	if !fallback || err != nil || code != -1 {
+		t.Fatalf("code %d fallback %v err %v, want a fallback", code, fallback, err)
 	}
 }
