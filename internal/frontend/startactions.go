@@ -193,7 +193,7 @@ func Deploy(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 		remoteFile = strings.TrimRight(dom.OpenNebula.SystemDatastore, "/") + "/" + filepath.Base(a.LocalFile)
 	}
 
-	res, err := Prestart(ctx, e, StartInput{VM: a.VM, Host: a.Host, Seq: deploySeq(a.LocalFile)})
+	res, err := Prestart(ctx, e, StartInput{VM: a.VM, Host: a.Host, Seq: deploySeq(a.LocalFile), Instance: dom.Instance()})
 	if err != nil {
 		return err
 	}

@@ -190,7 +190,8 @@ func (r *runner) prepare(ctx context.Context) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
 	defer cancel()
 	if dom.VMID >= 0 {
-		req := &hoststep.Request{Op: hoststep.OpStart, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks, Incoming: incoming}
+		req := &hoststep.Request{Op: hoststep.OpStart, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks, Incoming: incoming,
+			Instance: dom.Instance()}
 		if err := req.Validate(); err != nil {
 			return r.fail(outcome.Usage, err)
 		}
@@ -303,9 +304,11 @@ func (r *runner) publish(ctx context.Context, cfg *config.Config, resp *hoststep
 // migrate is `migrate begin` on the destination of a live migration. An
 // OpenNebula VM's migration is accepted only when its claim shows the
 // handover the front-end's premigrate opened for the VM's current deploy
-// from the claim's host to this one; anything else (a stale copy migrated
-// by libvirt alone) is refused here, before QEMU starts. The accepted
-// window is kept in the domain's mark for the prepare that follows.
+// from the claim's host to this one, of the claim's instance (the domain
+// XML's deployment_time, engine.AcceptIncoming); anything else (a stale
+// copy migrated by libvirt alone, into an open window or not) is refused
+// here, before QEMU starts. The accepted window is kept in the domain's
+// mark for the prepare that follows.
 func (r *runner) migrate(ctx context.Context) error {
 	dom, err := r.domain()
 	if err != nil {
@@ -322,7 +325,8 @@ func (r *runner) migrate(ctx context.Context) error {
 	if dom.VMID >= 0 {
 		ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
 		defer cancel()
-		req := &hoststep.Request{Op: hoststep.OpIncoming, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks}
+		req := &hoststep.Request{Op: hoststep.OpIncoming, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks,
+			Instance: dom.Instance()}
 		if err := req.Validate(); err != nil {
 			return r.fail(outcome.Usage, err)
 		}
@@ -413,7 +417,8 @@ func (r *runner) record(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
 	defer cancel()
-	req := &hoststep.Request{Op: hoststep.OpRecord, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks, Incoming: incoming}
+	req := &hoststep.Request{Op: hoststep.OpRecord, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks, Incoming: incoming,
+		Instance: dom.Instance()}
 	resp := bounded(ctx, cfg, func(ctx context.Context) *hoststep.Response { return fencer.Do(ctx, cfg, req) })
 	r.countRun(cfg, metricRecord, resp, nil)
 	if !resp.OK {
