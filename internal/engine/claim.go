@@ -496,8 +496,9 @@ func handover(w Who, prev *Claim, now time.Time) error {
 //     had it; a domain without it is not that instance.
 //   - want 0 (the claim never learnt its instance's identity: the
 //     instance started before this version, or its hook record failed
-//     open): nothing to compare, the window, host and deploy checks alone
-//     decide, as before. The next start of the VM records the identity.
+//     open, and premigrate could not read it from libvirt on the source
+//     either): nothing to compare, the window, host and deploy checks
+//     alone decide, as before. The next start of the VM records it.
 func wrongInstance(want, got int64) string {
 	switch {
 	case want == 0 || got == want:
@@ -657,7 +658,10 @@ func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (
 // the destination's hook accepts in this window fences nothing. It fences
 // nothing itself, and the claim keeps the deploy that runs on src: the
 // destination's deploy is only the claim's when postmigrate says so. A
-// migration of an older deploy than the claim's is refused.
+// migration of an older deploy than the claim's is refused. The window
+// hands over the claim's instance (Window.Instance); a claim that does not
+// know its instance's identity takes w.Instance, the source domain's as
+// the step, running on the claim's host, read it from libvirt.
 func (e *Engine) OpenWindow(ctx context.Context, w Who, src, dst string, ttl time.Duration) (*ClaimResult, error) {
 	res := &ClaimResult{}
 	written, err := e.txn(ctx, w, func(prev *Claim, fresh stillOurs) (*Claim, error) {
@@ -680,7 +684,12 @@ func (e *Engine) OpenWindow(ctx context.Context, w Who, src, dst string, ttl tim
 			next = &Claim{Seq: from, Host: src, Source: w.Source}
 		}
 		// The window hands over the claim's instance: the incoming
-		// migration must carry its identity (handover).
+		// migration must carry its identity (handover). A claim that does
+		// not know it learns it from the source's domain when the step
+		// runs on the claim's host (w.Instance, read from libvirt there).
+		if next.Instance == 0 && (prev == nil || sameHost(prev, w)) {
+			next.Instance = w.Instance
+		}
 		next.State = StateMigrating
 		if prev != nil && isHost(src, nil, w) && sameHost(prev, w) {
 			src = prev.Host // the claim's name for the source (the step runs there)

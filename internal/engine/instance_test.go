@@ -150,3 +150,43 @@ func TestRestoreKeepsInstance(t *testing.T) {
 		t.Fatalf("a new deploy: %+v %v; want its own identity", res.Claim, err)
 	}
 }
+
+// TestOpenWindowInstance: the window hands over the claim's instance; a
+// claim that does not know it (started before this version) takes the
+// identity premigrate read from libvirt on the claim's host, never one
+// given by a step elsewhere.
+func TestOpenWindowInstance(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		claimed   int64 // the claim's Instance (-1: no claim)
+		stepHost  string
+		fromLibvt int64 // Who.Instance of the premigrate step
+		want      int64
+	}{
+		{"the claim knows: kept", 1000, "src", 2000, 1000},
+		{"the claim does not know: learnt on its host", 0, "src", 2000, 2000},
+		{"the claim does not know, libvirt neither", 0, "src", 0, 0},
+		{"the claim does not know: not from another host", 0, "elsewhere", 2000, 0},
+		{"no claim: the source's", -1, "src", 2000, 2000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := enginetest.NewFake()
+			e := engine.New(f, engine.Options{})
+			if tc.claimed >= 0 {
+				if err := e.WriteClaim(ctx, who("src", 2, engine.SourceFrontend), engine.Claim{Seq: 2, Host: "src", Source: engine.SourceFrontend,
+					State: engine.StateRunning, Instance: tc.claimed}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w := who(tc.stepHost, 3, engine.SourceFrontend)
+			w.Instance = tc.fromLibvt
+			res, err := e.OpenWindow(ctx, w, "src", "dst", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Claim.Window.Instance != tc.want || res.Claim.Instance != tc.want {
+				t.Fatalf("window instance %d, claim instance %d; want %d", res.Claim.Window.Instance, res.Claim.Instance, tc.want)
+			}
+		})
+	}
+}

@@ -263,6 +263,11 @@ func (w *world) steps(b bound) []step {
 					return
 				}
 				who := w.who(src, w.op.seq, engine.SourceFrontend)
+				if w.domainActive(src) {
+					// the step reads the source domain's deployment_time
+					// from libvirt (internal/fencer/running.go learnInstance)
+					who.Instance = w.hosts[src].dom.ident
+				}
 				if mutant("premigrate-seq+1") {
 					who.Seq++
 				}

@@ -56,6 +56,7 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 			Client: c.Client, Address: c.Address, Cookie: c.Cookie, Action: string(c.Action), Expire: c.Expire, Result: "ok"}}, source)
 		failpoint.Hit("after-blocklist")
 	}
+	learnInstance(ctx, cfg, req)
 	base := engine.Who{VM: req.VM, Seq: req.Seq, Host: req.Host, Source: req.Source, Run: req.Run, Incoming: req.Incoming, Instance: req.Instance}
 	if err := refuseRunning(ctx, cfg, req); err != nil {
 		return fail(err)

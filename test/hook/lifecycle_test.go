@@ -322,3 +322,54 @@ func TestHostStepRefusesRunningDomain(t *testing.T) {
 	}
 	zombieWrites(t, live, 0xab)
 }
+
+// TestPremigrateLearnsInstance: VM id runs on this host from a deployment
+// file written at deployTime. The hook's `started` records that identity
+// in the claim. A claim written by an older rbdfence has none: the
+// front-end's premigrate step, run on this host (the source), reads it
+// from libvirt (`virsh dumpxml`), so the window is bound to the running
+// instance anyway and a stale copy is refused at the destination.
+func TestPremigrateLearnsInstance(t *testing.T) {
+	const deployTime = int64(1767225600)
+	e := newEnv(t, "")
+	id := vmID(15)
+	e.removeClaimAtCleanup(id)
+	image := e.ceph.NewImage(t, "hooktest-learn")
+	e.frontendClaim(id, 3, hostName)
+	live, _ := libvirttest.Create(t, withDeployTime(t, e.xml(oneName(id), e.disk(image, false)), deployTime))
+	zombieWrites(t, live, 0xaa)
+	cl := waitClaim(t, e, id, func(c *engine.Claim) bool { return c.State == engine.StateRunning && len(c.Addrs) == 1 })
+	if cl.Instance != deployTime {
+		t.Fatalf("the hook's started must record the domain's deployment_time %d: %+v", deployTime, cl)
+	}
+	// As an older rbdfence leaves the claim: no identity.
+	old := *cl
+	old.Instance = 0
+	who := engine.Who{VM: id, Seq: 3, Host: hostName, Source: engine.SourceFrontend, Run: "hooktest-old", Pool: e.ceph.Pool}
+	if err := e.engine().WriteClaim(context.Background(), who, old); err != nil {
+		t.Fatal(err)
+	}
+
+	pool, img, _ := strings.Cut(image, "/")
+	req := hoststep.Request{Version: hoststep.Version, Op: hoststep.OpPremigrate, VM: id, Seq: 4, Host: hostName, Src: hostName, Dst: "kvm-dst",
+		Run: "hooktest-premigrate", Source: engine.SourceFrontend, Disks: []vmdisk.Disk{{ID: "0", Pool: pool, Name: img}}}
+	body, _ := json.Marshal(req)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.Bin(t, "rbdfence"), "host", "--config", e.cfgPath)
+	cmd.Env = append(os.Environ(), "LIBVIRT_DEFAULT_URI="+libvirttest.URI())
+	cmd.Stdin = bytes.NewReader(body)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("premigrate step: %v\n%s\n%s", err, out.String(), errb.String())
+	}
+	var resp hoststep.Response
+	if err := json.Unmarshal(out.Bytes(), &resp); err != nil || !resp.OK || resp.Claim == nil || resp.Claim.Window == nil {
+		t.Fatalf("premigrate step output: %v\n%s", err, out.String())
+	}
+	if resp.Claim.Window.Instance != deployTime || resp.Claim.Instance != deployTime {
+		t.Fatalf("premigrate must bind the window to the running domain's deployment_time %d: %+v", deployTime, resp.Claim)
+	}
+	zombieWrites(t, live, 0xab)
+}
