@@ -102,17 +102,20 @@ func runEventsFlush(ctx context.Context, args []string, stdout io.Writer) error 
 	if *noHosts && len(hosts) > 0 {
 		return usagef("events flush: --no-hosts and --host exclude each other")
 	}
-	cfg, err := loadConfig(*configPath)
-	if err != nil {
-		return err
-	}
-	perHost := frontend.CollectTimeout(cfg)
+	var perHost time.Duration
 	if *hostTimeout != "" {
 		d, err := config.ParseDuration(*hostTimeout)
 		if err != nil || d <= 0 {
 			return usagef("events flush: --host-timeout %q: want a duration like 30s or 2m", *hostTimeout)
 		}
 		perHost = d
+	}
+	cfg, err := loadConfig(*configPath)
+	if err != nil {
+		return err
+	}
+	if perHost == 0 {
+		perHost = frontend.CollectTimeout(cfg)
 	}
 	spool, err := events.OpenSpool(cfg.SpoolDir)
 	if err != nil {
