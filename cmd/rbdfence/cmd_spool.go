@@ -46,7 +46,7 @@ func runSpool(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 	}
 	sp, err := events.OpenSpool(cfg.SpoolDir)
 	if err != nil {
-		return fail(outcome.Failure, err)
+		return fail(outcome.Failure, hostspool.WithFix(err, cfg.SpoolDir))
 	}
 	// The spool's lock is held by a flush at most for timeouts.total.
 	ctx, cancel := bounded(ctx, cfg)

@@ -155,6 +155,9 @@ func TestConfigCheck(t *testing.T) {
 // TestCheckHostSpool: a host without oned credentials is the expected
 // state (never a failure); the spool's waiting events are counted.
 func TestCheckHostSpool(t *testing.T) {
+	saved := collectorUID
+	t.Cleanup(func() { collectorUID = saved })
+	collectorUID = func() (int, bool) { return 0, false } // no oneadmin here
 	dir := t.TempDir()
 	spool := filepath.Join(dir, "spool")
 	auth := filepath.Join(dir, "one_auth")
@@ -174,7 +177,14 @@ func TestCheckHostSpool(t *testing.T) {
 		}, false, true, "2 event(s) waiting in " + spool},
 		{"credentials on a host", func() { os.WriteFile(auth, []byte("oneadmin:x\n"), 0o600) }, false, true, "discouraged"},
 		{"credentials on an all-in-one front-end", func() {}, true, true, "2 event(s) waiting"},
-		{"spool not a directory", func() { os.RemoveAll(spool); os.WriteFile(spool, nil, 0o600) }, false, false, "not a directory"},
+		{"root's files in a oneadmin host's spool", func() {
+			collectorUID = func() (int, bool) { return os.Getuid() + 4242, true }
+		}, false, false, "not owned by oneadmin"},
+		{"spool not a directory", func() {
+			collectorUID = func() (int, bool) { return 0, false }
+			os.RemoveAll(spool)
+			os.WriteFile(spool, nil, 0o600)
+		}, false, false, "not a directory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.prepare()

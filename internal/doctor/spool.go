@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
+	"syscall"
 
 	"github.com/rbdfence/rbdfence/internal/config"
 )
@@ -30,10 +33,24 @@ func checkHostSpool(cfg *config.Config, frontendToo bool) Result {
 		return r
 	default:
 		n := 0
+		var foreign []string
+		uid, collector := collectorUID()
+		if collector && ownerUID(cfg.SpoolDir) != uid {
+			foreign = append(foreign, cfg.SpoolDir)
+		}
 		for _, e := range entries {
 			if e.Type().IsRegular() && filepath.Ext(e.Name()) == ".json" && e.Name()[0] != '.' {
 				n++
+				if p := filepath.Join(cfg.SpoolDir, e.Name()); collector && ownerUID(p) != uid {
+					foreign = append(foreign, p)
+				}
 			}
+		}
+		if len(foreign) > 0 {
+			r.OK = false
+			r.Detail = fmt.Sprintf("%d path(s) of the spool not owned by oneadmin, which the front-end's collection logs in as (first: %s)", len(foreign), foreign[0])
+			r.Fix = "run 'chown -R oneadmin: " + cfg.SpoolDir + "' (a hook of an older rbdfence wrote them as root)"
+			return r
 		}
 		r.Detail = fmt.Sprintf("%d event(s) waiting in %s for the front-end to collect ('rbdfence events flush' there, rbdfence-events.timer)", n, cfg.SpoolDir)
 	}
@@ -43,4 +60,27 @@ func checkHostSpool(cfg *config.Config, frontendToo bool) Result {
 		r.Detail += "; no oned credentials here, as it should be"
 	}
 	return r
+}
+
+// collectorUID is the uid of oneadmin, as whom the front-end collects the
+// spool over ssh; ok is false where there is no such user (not an
+// OpenNebula host).
+var collectorUID = func() (uid int, ok bool) {
+	u, err := user.Lookup("oneadmin")
+	if err != nil {
+		return 0, false
+	}
+	id, err := strconv.Atoi(u.Uid)
+	return id, err == nil
+}
+
+func ownerUID(p string) int {
+	st, err := os.Lstat(p)
+	if err != nil {
+		return -1
+	}
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return int(s.Uid)
+	}
+	return -1
 }

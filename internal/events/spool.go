@@ -141,6 +141,11 @@ func (s *Spool) pending() ([]Event, map[string]string, error) {
 		if errors.Is(derr, fs.ErrNotExist) {
 			continue // delivered and removed by a concurrent flusher
 		}
+		if errors.Is(derr, fs.ErrPermission) {
+			// Not corrupt: another user's file (root's hook before it gave
+			// its files to the spool's owner). Left in place, and an error.
+			return nil, nil, fmt.Errorf("spool: %w", derr)
+		}
 		if derr != nil {
 			dst, merr := s.setAside(name)
 			if errors.Is(merr, fs.ErrNotExist) {

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"sort"
 
 	"github.com/rbdfence/rbdfence/internal/events"
@@ -96,7 +97,7 @@ func ListSpool(ctx context.Context, sp *events.Spool) *List {
 		}
 		sortCorrupt(l.Corrupt)
 	case err != nil:
-		l.OK, l.Error = false, err.Error()
+		l.OK, l.Error = false, WithFix(err, sp.Dir()).Error()
 	}
 	return l
 }
@@ -106,7 +107,7 @@ func AckSpool(ctx context.Context, sp *events.Spool, a *Ack) *AckResult {
 	removed, missing, err := sp.Ack(ctx, a.IDs)
 	r := &AckResult{Version: Version, OK: err == nil, Removed: removed, Missing: missing}
 	if err != nil {
-		r.Error = err.Error()
+		r.Error = WithFix(err, sp.Dir()).Error()
 	}
 	return r
 }
@@ -228,4 +229,15 @@ func oneLine(err error) string {
 
 func sortCorrupt(c []Corrupt) {
 	sort.Slice(c, func(i, j int) bool { return c[i].File < c[j].File })
+}
+
+// WithFix adds the fix to a permission error on the spool dir: the
+// collector logs in as oneadmin, and a spool written by root before the
+// hook gave its files to the spool directory's owner (events/owner.go) is
+// not readable by it.
+func WithFix(err error, dir string) error {
+	if err == nil || !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	return fmt.Errorf("%w: the spool must belong to the user the front-end logs in as: run 'chown -R oneadmin: %s' on this host", err, dir)
 }

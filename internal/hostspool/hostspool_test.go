@@ -168,3 +168,28 @@ func TestListAckSpool(t *testing.T) {
 		t.Fatalf("pending %v %v", evs, err)
 	}
 }
+
+// A spool the collector cannot read (root's, from before the hook gave
+// its files away) is reported with the fix.
+func TestListUnreadableSpool(t *testing.T) {
+	sp, err := events.OpenSpool(filepath.Join(t.TempDir(), "spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.Put(events.Event{ID: "a", VM: 1, Time: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(sp.Dir(), "a.json"), 0); err != nil {
+		t.Fatal(err)
+	}
+	l := ListSpool(context.Background(), sp)
+	if os.Geteuid() == 0 { // root reads it anyway: listed
+		if !l.OK || len(l.Events) != 1 {
+			t.Fatalf("root: %+v", l)
+		}
+		return
+	}
+	if l.OK || !strings.Contains(l.Error, "chown -R oneadmin: "+sp.Dir()) {
+		t.Fatalf("%+v", l)
+	}
+}
