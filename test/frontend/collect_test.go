@@ -172,6 +172,7 @@ func TestHostEventsCollected(t *testing.T) {
 	if took > 60*time.Second {
 		t.Fatalf("flush took %s with a 5s host bound", took)
 	}
+	t.Logf("flush with a host that never answers (--host-timeout 5s): %s", took.Round(time.Millisecond))
 	if n, c := f.eventCount(vm, z.Addr); n != 1 || c != "1" {
 		t.Fatalf("after the re-delivery: %d events for %s, RBDFENCE_COLLISIONS %q; want 1, 1", n, z.Addr, c)
 	}
@@ -181,7 +182,9 @@ func TestHostEventsCollected(t *testing.T) {
 
 	// OFFLINE hosts are not visited; a second flush delivers nothing new.
 	f.sim.PutHost(onedsim.Host{ID: 3, Name: hangHost, State: onedsim.HostOffline})
+	start = time.Now()
 	r = f.flush(nil)
+	t.Logf("flush of 2 hosts with empty spools: %s", time.Since(start).Round(time.Millisecond))
 	if r.code != 0 || !strings.Contains(r.stdout, "host "+a.Name+": delivered 0 event(s)") || strings.Contains(r.stdout, hangHost) {
 		t.Fatalf("second flush: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
