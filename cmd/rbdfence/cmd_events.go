@@ -213,6 +213,12 @@ func collectHosts(ctx context.Context, cfg *config.Config, spool *events.Spool, 
 	if err != nil {
 		return nil, note, usagef("events flush: --host: %v", err)
 	}
+	if len(hosts) == 0 {
+		if note != "" {
+			note += "\n"
+		}
+		note += "no KVM host to collect from (oned's pool has none whose VM_MAD runs the kvm driver, OFFLINE aside)"
+	}
 	env := &frontend.Env{Cfg: cfg, Stdout: io.Discard, Stderr: io.Discard}
 	return env.Collect(ctx, hosts, client, perHost), note, nil
 }

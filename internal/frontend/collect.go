@@ -63,7 +63,12 @@ func KVMHosts(pool []opennebula.PoolHost, kvmMads []string, names []string) ([]s
 		for _, h := range pool {
 			byName[h.Name] = h
 		}
+		seen := map[string]bool{}
 		for _, n := range names {
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
 			h, ok := byName[n]
 			if !ok {
 				return nil, fmt.Errorf("host %q is not in oned's host pool (see: onehost list)", clip(n))

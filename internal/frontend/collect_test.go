@@ -34,6 +34,7 @@ func TestKVMHosts(t *testing.T) {
 		{"only the kvm VM_MAD", []string{"kvm"}, nil, "n2 n4", ""},
 		{"no kvm VM_MAD", nil, nil, "", ""},
 		{"--host, any state", []string{"kvm"}, []string{"n3"}, "n3", ""},
+		{"--host twice", []string{"kvm"}, []string{"n2", "n3", "n2"}, "n2 n3", ""},
 		{"--host not in the pool", []string{"kvm"}, []string{"nope"}, "", "not in oned's host pool"},
 		{"--host not kvm", []string{"kvm"}, []string{"c1"}, "", "does not run the kvm driver"},
 	} {
