@@ -83,14 +83,27 @@ func newID() string {
 // of [A-Za-z0-9._-] (1-128 chars, not starting with '.', '_' or '-'), a VM id
 // >= 0 and a non-zero time.
 func (e Event) Validate() error {
-	if !idRE().MatchString(e.ID) {
-		return fmt.Errorf("event id %q: want 1-128 characters of [A-Za-z0-9._-], starting with a letter or digit", e.ID)
+	if err := ValidID(e.ID); err != nil {
+		return err
 	}
 	if e.VM < 0 {
 		return fmt.Errorf("event %s: vm id %d is negative", e.ID, e.VM)
 	}
 	if e.Time.IsZero() {
 		return fmt.Errorf("event %s: time is not set", e.ID)
+	}
+	return nil
+}
+
+// ValidID reports whether id is an event id: 1-128 characters of
+// [A-Za-z0-9._-], starting with a letter or digit. Such an id names a spool
+// file ("<id>.json") and never a path.
+func ValidID(id string) error {
+	if !idRE().MatchString(id) {
+		if len(id) > 64 {
+			id = id[:64] + "..."
+		}
+		return fmt.Errorf("event id %q: want 1-128 characters of [A-Za-z0-9._-], starting with a letter or digit", id)
 	}
 	return nil
 }

@@ -309,7 +309,7 @@ func TestFlushLockHonoursContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unlock, err := other.lock(context.Background())
+	unlock, err := other.lock(context.Background(), lockName)
 	if err != nil {
 		t.Fatal(err)
 	}

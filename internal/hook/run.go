@@ -277,10 +277,12 @@ func (r *runner) logReport(resp *hoststep.Response) {
 	}
 }
 
-// publish raises one collision event per fenced client: to oned, or to the
-// spool when oned does not answer (fencer.Do has spooled them already, each
-// right after its blocklist; Publish sends the spool first and counts every
-// event once by its id). Nothing is published for a clean start.
+// publish raises one collision event per fenced client. A host holds no
+// oned credentials (docs/SECURITY.md): the events go to the spool (where
+// fencer.Do has put them already, each right after its blocklist; the ids
+// are the same) and the front-end collects them over ssh (`rbdfence events
+// flush` and its timer). Only a host where the admin put credentials at
+// opennebula.auth_file delivers directly. Nothing for a clean start.
 func (r *runner) publish(ctx context.Context, cfg *config.Config, resp *hoststep.Response) {
 	// The same source as fencer.Do's own spooling ("hook/start"), so that an
 	// event spooled by the step and the one published here are identical.
@@ -288,10 +290,12 @@ func (r *runner) publish(ctx context.Context, cfg *config.Config, resp *hoststep
 	if len(evs) == 0 {
 		return
 	}
-	res, err := collision.Publish(ctx, cfg, evs)
+	res, err := collision.PublishHost(ctx, cfg, evs)
 	l := r.log.WithFields(logrus.Fields{"delivered": res.Delivered, "spooled": res.Spooled})
 	var deferred *events.DeferredError
 	switch {
+	case err == nil && res.ForCollection:
+		l.Info("collision events spooled in " + cfg.SpoolDir + " for the front-end to collect (rbdfence events flush)")
 	case err == nil:
 		l.Info("collision events delivered to oned")
 	case errors.As(err, &deferred):
