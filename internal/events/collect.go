@@ -94,6 +94,36 @@ func (s *Spool) Ack(ctx context.Context, ids []string) (removed int, missing []s
 	return removed, missing, errors.Join(errs...)
 }
 
+// SetGone moves the spooled events with the given ids, which a collector
+// found can never be recorded (its sink said ErrGone), to DIR/gone/ under
+// the spool's lock: kept, no longer listed. Ids are checked as in Ack; an
+// id with no spooled event is returned in missing.
+func (s *Spool) SetGone(ctx context.Context, ids []string) (moved []string, missing []string, err error) {
+	for _, id := range ids {
+		if verr := ValidID(id); verr != nil {
+			return nil, nil, fmt.Errorf("spool set aside: %w", verr)
+		}
+	}
+	unlock, err := s.lock(ctx, lockName)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer unlock()
+	var errs []error
+	for _, id := range ids {
+		dst, merr := s.setAside(id+spoolExt, goneDir)
+		switch {
+		case merr == nil:
+			moved = append(moved, dst)
+		case errors.Is(merr, fs.ErrNotExist):
+			missing = append(missing, id)
+		default:
+			errs = append(errs, fmt.Errorf("spool set aside: event %s: %w", id, merr))
+		}
+	}
+	return moved, missing, errors.Join(errs...)
+}
+
 // LockCollect takes the front-end's collection lock in this spool's
 // directory (waiting for it honours ctx): two collections on one front-end
 // (the timer's and an admin's `rbdfence events flush`) take turns, so an

@@ -57,9 +57,16 @@ type Event struct {
 // of trying every pending event. Sinks wrap it (errors.Is must match).
 var ErrUnavailable = errors.New("event sink unavailable")
 
+// ErrGone marks errors that mean the event can never be recorded: its VM no
+// longer exists in oned (oned never reuses a VM id). Flush and the
+// front-end's collection set such an event aside in DIR/gone/ (kept, named
+// in the error, never offered again) instead of retrying it forever.
+var ErrGone = errors.New("the event's VM no longer exists")
+
 // Sink records events. RecordEvent must be idempotent by Event.ID: recording
 // an event whose ID is already recorded succeeds without effect. Errors that
-// mean "not reachable" wrap ErrUnavailable.
+// mean "not reachable" wrap ErrUnavailable; errors that mean "never
+// recordable" wrap ErrGone.
 type Sink interface {
 	RecordEvent(ctx context.Context, ev Event) error
 }

@@ -21,6 +21,7 @@ const (
 	tmpPrefix    = ".tmp-"
 	lockName     = ".lock"
 	badDir       = "bad"
+	goneDir      = "gone"
 	staleTmpAge  = time.Hour
 	lockPollStep = 20 * time.Millisecond
 )
@@ -147,7 +148,7 @@ func (s *Spool) pending() ([]Event, map[string]string, error) {
 			return nil, nil, fmt.Errorf("spool: %w", derr)
 		}
 		if derr != nil {
-			dst, merr := s.setAside(name)
+			dst, merr := s.setAside(name, badDir)
 			if errors.Is(merr, fs.ErrNotExist) {
 				continue // set aside by a concurrent reader
 			}
@@ -198,9 +199,9 @@ func readEvent(path, wantID string) (Event, error) {
 	return ev, nil
 }
 
-// setAside moves DIR/name to DIR/bad/name (adding a suffix if taken).
-func (s *Spool) setAside(name string) (string, error) {
-	bd := filepath.Join(s.dir, badDir)
+// setAside moves DIR/name to DIR/sub/name (adding a suffix if taken).
+func (s *Spool) setAside(name, sub string) (string, error) {
+	bd := filepath.Join(s.dir, sub)
 	if err := s.mkdirOwned(bd); err != nil {
 		return "", err
 	}
@@ -255,6 +256,10 @@ func (s *Spool) Flush(ctx context.Context, sink Sink) (sent int, err error) {
 			break
 		}
 		if derr := sink.RecordEvent(ctx, ev); derr != nil {
+			if errors.Is(derr, ErrGone) {
+				errs = append(errs, s.setGone(filepath.Base(files[ev.ID]), ev, derr))
+				continue
+			}
 			errs = append(errs, fmt.Errorf("event %s (vm %d): %w", ev.ID, ev.VM, derr))
 			if errors.Is(derr, ErrUnavailable) || ctx.Err() != nil {
 				break
@@ -274,6 +279,18 @@ func (s *Spool) Flush(ctx context.Context, sink Sink) (sent int, err error) {
 		}
 	}
 	return sent, errors.Join(errs...)
+}
+
+// setGone moves the file of ev, which the sink can never record (why wraps
+// ErrGone), to DIR/gone/ and returns the error that reports it: the event
+// is kept there (and in the audit log) but no longer offered. The caller
+// holds the spool's lock.
+func (s *Spool) setGone(name string, ev Event, why error) error {
+	dst, err := s.setAside(name, goneDir)
+	if err != nil {
+		return fmt.Errorf("event %s (vm %d): %v; and it could not be set aside (it is offered again next time): %w", ev.ID, ev.VM, why, err)
+	}
+	return fmt.Errorf("event %s (vm %d) can never be delivered (%w); kept in %s, not offered again", ev.ID, ev.VM, why, dst)
 }
 
 // lock takes the flock on DIR/name, polling so that ctx is honoured. The

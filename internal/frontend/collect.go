@@ -36,9 +36,10 @@ type CollectResult struct {
 	Host      string   `json:"host"`
 	Delivered int      `json:"delivered"`
 	Acked     int      `json:"acked"`
-	Corrupt   []string `json:"corrupt,omitempty"` // files the host set aside
-	More      bool     `json:"more,omitempty"`    // events left for the next collection
-	Error     string   `json:"error,omitempty"`   // one line; "" when the host was collected
+	Corrupt   []string `json:"corrupt,omitempty"`   // files the host set aside
+	SetAside  []string `json:"set_aside,omitempty"` // events oned can never record, kept in the host's gone/
+	More      bool     `json:"more,omitempty"`      // events left for the next collection
+	Error     string   `json:"error,omitempty"`     // one line; "" when the host was collected
 }
 
 // Failed reports whether the host could not be collected completely.
@@ -168,10 +169,18 @@ func (e *Env) collectHost(ctx context.Context, host string, sink events.Sink, bu
 		for _, c := range l.Corrupt {
 			r.Corrupt = append(r.Corrupt, c.File)
 		}
-		var delivered []string
+		var delivered, gone []string
 		stopped := false
 		for _, ev := range l.Events {
 			if err := sink.RecordEvent(ctx, ev); err != nil {
+				if errors.Is(err, events.ErrGone) {
+					// Never recordable: offering it every minute would
+					// fail this host's collection forever. The host keeps
+					// it in its spool's gone/ (and its audit log).
+					gone = append(gone, ev.ID)
+					errs = append(errs, fmt.Sprintf("event %s (vm %d) can never be delivered (%s): set aside on the host, not offered again", ev.ID, ev.VM, clip(err.Error())))
+					continue
+				}
 				errs = append(errs, fmt.Sprintf("event %s (vm %d) not delivered, kept on the host: %s", ev.ID, ev.VM, clip(err.Error())))
 				if errors.Is(err, events.ErrUnavailable) || ctx.Err() != nil {
 					stopped = true
@@ -182,15 +191,16 @@ func (e *Env) collectHost(ctx context.Context, host string, sink events.Sink, bu
 			delivered = append(delivered, ev.ID)
 		}
 		r.Delivered += len(delivered)
-		if len(delivered) > 0 {
+		if len(delivered)+len(gone) > 0 {
 			// A crash here leaves the events on the host: the next
 			// collection offers them again and oned keeps each once.
 			failpoint.Hit("collect-before-ack")
-			body, _ := json.Marshal(hostspool.Ack{Version: hostspool.Version, IDs: delivered})
+			body, _ := json.Marshal(hostspool.Ack{Version: hostspool.Version, IDs: delivered, Gone: gone})
 			if err := e.spoolStep(ctx, host, "ack", body, budget, func(b []byte) error {
 				a, err := hostspool.ReadAckResult(bytes.NewReader(b))
 				if a != nil {
 					r.Acked += a.Removed + len(a.Missing)
+					r.SetAside = append(r.SetAside, a.SetAside...)
 				}
 				return err
 			}); err != nil {
@@ -199,7 +209,7 @@ func (e *Env) collectHost(ctx context.Context, host string, sink events.Sink, bu
 			}
 		}
 		r.More = l.More
-		if stopped || !l.More || len(delivered) == 0 {
+		if stopped || !l.More || len(delivered)+len(gone) == 0 {
 			break
 		}
 	}

@@ -68,6 +68,7 @@ type memSink struct {
 	mu   sync.Mutex
 	got  map[string]int
 	down bool
+	gone map[int]bool // VMs oned does not know
 }
 
 func (s *memSink) RecordEvent(_ context.Context, ev events.Event) error {
@@ -75,6 +76,9 @@ func (s *memSink) RecordEvent(_ context.Context, ev events.Event) error {
 	defer s.mu.Unlock()
 	if s.down {
 		return fmt.Errorf("oned: %w", events.ErrUnavailable)
+	}
+	if s.gone[ev.VM] {
+		return fmt.Errorf("%w: one.vm.info: [VM %d] not found in oned", events.ErrGone, ev.VM)
 	}
 	if s.got == nil {
 		s.got = map[string]int{}
@@ -159,5 +163,16 @@ func TestCollect(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "ack.in")); err == nil {
 		t.Fatal("acknowledged while oned was down")
+	}
+
+	// VM 2 deleted from oned: its event is set aside on the host (kept,
+	// not offered again), reported once; VM 1's is delivered and acked.
+	sink.down, sink.gone = false, map[int]bool{2: true}
+	res = e.Collect(context.Background(), []string{"good"}, sink, 2*time.Second)
+	if !res[0].Failed() || !strings.Contains(res[0].Error, "event e2 (vm 2) can never be delivered") || strings.Contains(res[0].Error, "e1") {
+		t.Fatalf("VM gone: %+v", res[0])
+	}
+	if ack, err := os.ReadFile(filepath.Join(dir, "ack.in")); err != nil || !strings.Contains(string(ack), `"ids":["e1"],"gone":["e2"]`) {
+		t.Fatalf("ack request %q %v", ack, err)
 	}
 }

@@ -69,6 +69,10 @@ type List struct {
 type Ack struct {
 	Version int      `json:"version,omitempty"`
 	IDs     []string `json:"ids"`
+	// Gone are events oned can never record (their VM no longer exists):
+	// the host moves them to its spool's gone/ directory, where they stay
+	// but are no longer listed. A host without this field keeps them.
+	Gone []string `json:"gone,omitempty"`
 }
 
 // AckResult is the host's answer to "spool ack".
@@ -78,6 +82,8 @@ type AckResult struct {
 	Error   string   `json:"error,omitempty"`
 	Removed int      `json:"removed"`
 	Missing []string `json:"missing,omitempty"`
+	// SetAside are the paths on the host the Gone events were moved to.
+	SetAside []string `json:"set_aside,omitempty"`
 }
 
 // ListSpool lists sp's oldest pending events within the protocol's bounds
@@ -102,10 +108,19 @@ func ListSpool(ctx context.Context, sp *events.Spool) *List {
 	return l
 }
 
-// AckSpool removes the acknowledged events from sp (host side).
+// AckSpool removes the acknowledged events from sp and sets the gone ones
+// aside (host side).
 func AckSpool(ctx context.Context, sp *events.Spool, a *Ack) *AckResult {
 	removed, missing, err := sp.Ack(ctx, a.IDs)
-	r := &AckResult{Version: Version, OK: err == nil, Removed: removed, Missing: missing}
+	var moved []string
+	if len(a.Gone) > 0 {
+		var gmissing []string
+		var gerr error
+		moved, gmissing, gerr = sp.SetGone(ctx, a.Gone)
+		missing = append(missing, gmissing...)
+		err = errors.Join(err, gerr)
+	}
+	r := &AckResult{Version: Version, OK: err == nil, Removed: removed, Missing: missing, SetAside: moved}
 	if err != nil {
 		r.Error = WithFix(err, sp.Dir()).Error()
 	}
@@ -122,10 +137,10 @@ func ReadAck(r io.Reader) (*Ack, error) {
 	if err := checkPeer("front-end", a.Version); err != nil {
 		return nil, err
 	}
-	if len(a.IDs) > MaxEvents {
-		return nil, fmt.Errorf("spool ack request: %d ids, at most %d", len(a.IDs), MaxEvents)
+	if len(a.IDs)+len(a.Gone) > MaxEvents {
+		return nil, fmt.Errorf("spool ack request: %d ids, at most %d", len(a.IDs)+len(a.Gone), MaxEvents)
 	}
-	for _, id := range a.IDs {
+	for _, id := range append(append([]string(nil), a.IDs...), a.Gone...) {
 		if err := events.ValidID(id); err != nil {
 			return nil, fmt.Errorf("spool ack request: %w", err)
 		}

@@ -139,7 +139,7 @@ func TestListAckSpool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, id := range []string{"a", "b"} {
+	for i, id := range []string{"a", "b", "d"} {
 		if err := sp.Put(events.Event{ID: id, VM: 1, Time: t0.Add(time.Duration(i) * time.Second)}); err != nil {
 			t.Fatal(err)
 		}
@@ -153,19 +153,25 @@ func TestListAckSpool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Events) != 2 || len(got.Corrupt) != 1 || !strings.HasSuffix(got.Corrupt[0].MovedTo, "bad/c.json") {
+	if len(got.Events) != 3 || len(got.Corrupt) != 1 || !strings.HasSuffix(got.Corrupt[0].MovedTo, "bad/c.json") {
 		t.Fatalf("list %s", b)
 	}
-	a, err := ReadAck(strings.NewReader(`{"version":1,"ids":["a","b","gone"]}`))
+	a, err := ReadAck(strings.NewReader(`{"version":1,"ids":["a","b","gone"],"gone":["d"]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := AckSpool(context.Background(), sp, a)
-	if !r.OK || r.Removed != 2 || len(r.Missing) != 1 {
+	if !r.OK || r.Removed != 2 || len(r.Missing) != 1 || len(r.SetAside) != 1 || !strings.HasSuffix(r.SetAside[0], "gone/d.json") {
 		t.Fatalf("ack %+v", r)
 	}
 	if evs, err := sp.Pending(); err != nil || len(evs) != 0 {
 		t.Fatalf("pending %v %v", evs, err)
+	}
+	if _, err := os.Stat(r.SetAside[0]); err != nil {
+		t.Fatalf("the gone event is not kept: %v", err)
+	}
+	if _, err := ReadAck(strings.NewReader(`{"version":1,"ids":[],"gone":["../x"]}`)); err == nil {
+		t.Fatal("a gone id that is a path was accepted")
 	}
 }
 
