@@ -26,6 +26,12 @@
 #                                  fence_host.sh next to it (host_error.rb:50)
 #   DIR/var/lib/one/remotes/hooks/rbdfence/host_error.hook  the onehook template
 #   DIR/etc/one/rbdfence.yaml                            a default config, if none
+#   DIR/etc/systemd/system/rbdfence-events.service       runs `rbdfence events flush`
+#   DIR/etc/systemd/system/rbdfence-events.timer         as oneadmin every minute:
+#                                  this front-end's spool and every KVM host's,
+#                                  collected over OpenNebula's ssh (hosts hold no
+#                                  oned credentials); enabled when systemd runs
+#                                  here and there is no --prefix
 # and prints the change of DIR/etc/one/oned.conf that makes every VM_MAD
 # running the kvm driver (NAME "kvm", "qemu", ...) run the local actions
 # (deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence,
@@ -99,6 +105,8 @@ ONED_CONF=$PREFIX/etc/one/oned.conf
 CONFIG=$PREFIX/etc/one/rbdfence.yaml
 STATE=$PREFIX/var/lib/rbdfence/install-frontend
 CREATED=$STATE/created
+UNITS=$PREFIX/etc/systemd/system
+EVENTS_UNITS=(rbdfence-events.service rbdfence-events.timer)
 TM_OPS=(premigrate postmigrate failmigrate)
 OURS="deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence,attach_disk=attach-rbdfence"
 # Our Go binaries carry this import path (also when stripped).
@@ -151,6 +159,61 @@ RESOURCE        = HOST
 STATE           = ERROR
 REMOTE          = no
 EOF
+}
+
+# The event delivery: `rbdfence events flush` as oneadmin (its ssh config
+# and persistent connections to the hosts, as oned's drivers), one minute
+# after the previous run ended, so that runs never overlap. A host that
+# does not answer is cut after timeouts.ssh + timeouts.total.
+events_service() {
+	cat <<'EOF'
+# rbdfence (written by install.sh frontend): delivers the collision events
+# spooled on this front-end and on every KVM host to oned. Hosts hold no oned
+# credentials: their spools are collected over oneadmin's ssh.
+[Unit]
+Description=rbdfence: deliver spooled collision events (front-end and KVM hosts) to oned
+After=network-online.target opennebula.service
+
+[Service]
+Type=oneshot
+User=oneadmin
+ExecStart=/var/lib/one/remotes/rbdfence/rbdfence-host events flush
+TimeoutStartSec=30min
+EOF
+}
+
+events_timer() {
+	cat <<'EOF'
+# rbdfence (written by install.sh frontend): runs rbdfence-events.service
+# one minute after its previous run ended.
+[Unit]
+Description=rbdfence: deliver spooled collision events every minute
+
+[Timer]
+OnBootSec=2min
+OnUnitInactiveSec=1min
+AccuracySec=10s
+
+[Install]
+WantedBy=timers.target
+EOF
+}
+
+# systemd_live: systemctl manages the units here (no --prefix, systemd runs).
+systemd_live() { [[ -z $PREFIX ]] && command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; }
+
+# put_unit NAME DST: put_text for a systemd unit; a unit of the same name
+# that is not ours is kept in the state directory and put back by
+# --uninstall.
+put_unit() {
+	local fn=$1 dst=$2 keep
+	keep=$STATE/units/$(basename "$dst").orig
+	if [[ -e $dst || -L $dst ]] && ! grep -qxF -- "$dst" "$CREATED" && [[ ! -e $keep ]]; then
+		mkdir -p "$STATE/units"
+		cp -a "$dst" "$keep"
+		log "$dst existed: kept in $keep, put back by --uninstall"
+	fi
+	put_text "$fn" "$dst" 0644
 }
 
 # put_text NAME DST MODE: write the output of function NAME as DST.
@@ -355,6 +418,20 @@ install_frontend() {
 		log "wrote a default config $CONFIG"
 	fi
 
+	# The event delivery's timer.
+	ensure_dir "$UNITS"
+	put_unit events_service "$UNITS/rbdfence-events.service"
+	put_unit events_timer "$UNITS/rbdfence-events.timer"
+	local timer_on=0
+	if systemd_live; then
+		if systemctl daemon-reload && systemctl enable --now rbdfence-events.timer >/dev/null 2>&1; then
+			timer_on=1
+			log "rbdfence-events.timer enabled: spooled events (here and on the KVM hosts) reach oned every minute"
+		else
+			log "WARNING: could not enable rbdfence-events.timer: run 'systemctl enable --now rbdfence-events.timer'"
+		fi
+	fi
+
 	# oned.conf.
 	if [[ $planned == 1 ]]; then
 		if cmp -s "$ONED_CONF" "$PLAN_FILE"; then
@@ -398,7 +475,8 @@ install_frontend() {
 	echo "Next steps:"
 	[[ $restart == 0 ]] || echo "  - restart oned (systemctl restart opennebula) after the VM_MAD change"
 	echo "  - run 'onehost sync --force' as oneadmin: it copies rbdfence-host to /var/tmp/one/rbdfence/ on every host"
-	echo "  - on every KVM host: install.sh host (the libvirt hook)"
+	echo "  - on every KVM host: install.sh host (the libvirt hook; hosts need no oned credentials)"
+	[[ $timer_on == 1 ]] || echo "  - enable the delivery of spooled events (here and on the hosts): systemctl enable --now rbdfence-events.timer"
 	echo "  - check with 'rbdfence doctor --role frontend'"
 	echo "  - optional, HA without a BMC (README: Host failure): give this front-end Ceph access, then"
 	echo "    as oneadmin: onehook create $HOOKS/host_error.hook"
@@ -441,6 +519,19 @@ uninstall_frontend() {
 		log "oned.conf still runs rbdfence local actions (added by hand?): remove them from the VM_MAD ARGUMENTS and restart oned"
 	fi
 
+	# The event delivery's timer: stopped, then its units go with the other
+	# files we created; a unit of the same name that was there goes back.
+	if systemd_live; then
+		systemctl disable --now rbdfence-events.timer >/dev/null 2>&1 || true
+	fi
+	local u
+	for u in "${EVENTS_UNITS[@]}"; do
+		if [[ -e $STATE/units/$u.orig || -L $STATE/units/$u.orig ]]; then
+			rm -f "$UNITS/$u"
+			mv -f "$STATE/units/$u.orig" "$UNITS/$u"
+		fi
+	done
+
 	# TM: originals an earlier rbdfence kept go back in place.
 	local op orig
 	for op in "${TM_OPS[@]}"; do
@@ -482,6 +573,9 @@ uninstall_frontend() {
 	for ((i = ${#parents[@]} - 1; i >= 0; i--)); do
 		rmdir "${parents[i]}" 2>/dev/null || log "kept ${parents[i]}: not empty"
 	done
+	if systemd_live; then
+		systemctl daemon-reload || true
+	fi
 	log "uninstalled; restart oned if its VM_MAD was changed. The copies under /var/tmp/one/rbdfence on hosts are no longer used"
 }
 

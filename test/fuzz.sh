@@ -45,6 +45,8 @@ count_for() {
 	internal/engine:FuzzParseAddr) echo 150000 ;;       # ~26k/s
 	internal/hoststep:FuzzReadRequest) echo 100000 ;;   # ~30k/s
 	internal/hoststep:FuzzReadResponse) echo 150000 ;;  # ~50k/s
+	internal/hostspool:FuzzReadAck) echo 60000 ;;       # ~20k/s
+	internal/hostspool:FuzzReadList) echo 45000 ;;      # ~15k/s: events validated
 	*) echo "$DEFAULT_COUNT" ;;
 	esac
 }

@@ -26,7 +26,9 @@ verbs:
   claim  reset --vm ID [--pool P]   empty a VM's claim (audited, raises an event; refused while a run holds it)
   claim  gc [--apply] [--pool P]    claims of VMs oned reports DONE or does not know (dry run without --apply)
   events [--vm ID] [--since T] [--json]   list lock-collision events of all VMs (from oned)
-  events flush                      deliver the spooled events to oned
+  events flush [--host NAME] [--no-hosts]  deliver the spooled events to oned: this machine's,
+                                    then every KVM host's, collected over ssh (front-end)
+  spool  list | ack                 host side of that collection (JSON on stdout; ack: ids on stdin)
   blocklist ls [--all]              blocklist entries rbdfence added (VM, image, expiry, time left)
   unfence ADDRESS | --vm ID | --host NAME [--yes]  remove our blocklist entries (needs the blocklistop=rm cap)
   fence-host [--host NAME|ID] [--whole-address] [--host-addr IP] [--quiet 2m]
@@ -74,6 +76,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = runCheck(ctx, args[1:], stdout, stderr, false)
 	case "host":
 		err = runHost(ctx, args[1:], stdin, stdout, stderr)
+	case "spool":
+		err = runSpool(ctx, args[1:], stdin, stdout)
 	case "claim":
 		err = runClaim(ctx, args[1:], stdout, stderr)
 	case "events":

@@ -1,6 +1,8 @@
 // Package collision turns the fences of one run into lock-collision events
 // and publishes them: to oned (the VM's user template, through goca) when it
-// answers, to the durable local spool when it does not. Pure Go: the
+// answers, to the durable local spool when it does not. On a KVM host, which
+// holds no oned credentials, PublishHost only spools them, and the front-end
+// collects host spools over ssh (internal/frontend Collect). Pure Go: the
 // front-end drivers and the libvirt hook both use it.
 package collision
 
@@ -8,7 +10,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
@@ -49,6 +54,36 @@ func Events(recs []audit.Record, source string) []events.Event {
 type Result struct {
 	Delivered int
 	Spooled   int
+	// ForCollection: this machine holds no oned credentials, so the events
+	// were spooled for the front-end to collect over ssh (`rbdfence events
+	// flush`, and its timer). The normal case on a KVM host; not an error.
+	ForCollection bool
+}
+
+// PublishHost is Publish for the host side (the libvirt hook): a KVM host
+// normally holds no oned credentials (docs/SECURITY.md), and then the
+// events only go to the spool, from which the front-end collects them; no
+// oned call is tried. Only when the admin has put a credentials file at
+// opennebula.auth_file on the host (discouraged: it is oneadmin's password
+// on a machine that should not hold it) does the host deliver directly, as
+// Publish.
+func PublishHost(ctx context.Context, cfg *config.Config, evs []events.Event) (Result, error) {
+	if _, err := os.Stat(cfg.OpenNebula.AuthFile); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return Publish(ctx, cfg, evs)
+	}
+	if len(evs) == 0 {
+		return Result{ForCollection: true}, nil
+	}
+	spool, err := events.OpenSpool(cfg.SpoolDir)
+	if err != nil {
+		return Result{}, fmt.Errorf("%d event(s) lost: cannot open the spool for the front-end's collection: %w", len(evs), err)
+	}
+	_, n, err := events.Deliver(ctx, nil, spool, evs)
+	var deferred *events.DeferredError
+	if errors.As(err, &deferred) {
+		err = nil // spooled for collection is where they belong here
+	}
+	return Result{Spooled: n, ForCollection: true}, err
 }
 
 // Publish offers evs (and older spooled events first) to oned within the

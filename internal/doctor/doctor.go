@@ -101,6 +101,7 @@ func Run(ctx context.Context, o Options) []Result {
 	}
 	if o.Host {
 		out = append(out, checkHook(o.Root))
+		out = append(out, checkHostSpool(cfg, o.Frontend))
 	}
 	if o.Frontend {
 		out = append(out, checkWrappers(o.Root)...)

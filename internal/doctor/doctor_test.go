@@ -151,3 +151,52 @@ func TestConfigCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckHostSpool: a host without oned credentials is the expected
+// state (never a failure); the spool's waiting events are counted.
+func TestCheckHostSpool(t *testing.T) {
+	saved := collectorUID
+	t.Cleanup(func() { collectorUID = saved })
+	collectorUID = func() (int, bool) { return 0, false } // no oneadmin here
+	dir := t.TempDir()
+	spool := filepath.Join(dir, "spool")
+	auth := filepath.Join(dir, "one_auth")
+	for _, tc := range []struct {
+		name     string
+		prepare  func()
+		frontend bool
+		ok       bool
+		want     string
+	}{
+		{"no spool, no credentials", func() {}, false, true, "no event waiting; no oned credentials here"},
+		{"events waiting", func() {
+			os.MkdirAll(filepath.Join(spool, "bad"), 0o700)
+			os.WriteFile(filepath.Join(spool, "a.json"), []byte("{}"), 0o600)
+			os.WriteFile(filepath.Join(spool, "b.json"), []byte("{}"), 0o600)
+			os.WriteFile(filepath.Join(spool, ".tmp-c.json-1"), []byte("{}"), 0o600)
+		}, false, true, "2 event(s) waiting in " + spool},
+		{"credentials on a host", func() { os.WriteFile(auth, []byte("oneadmin:x\n"), 0o600) }, false, true, "discouraged"},
+		{"credentials on an all-in-one front-end", func() {}, true, true, "2 event(s) waiting"},
+		{"root's files in a oneadmin host's spool", func() {
+			collectorUID = func() (int, bool) { return os.Getuid() + 4242, true }
+		}, false, false, "not owned by oneadmin"},
+		{"spool not a directory", func() {
+			collectorUID = func() (int, bool) { return 0, false }
+			os.RemoveAll(spool)
+			os.WriteFile(spool, nil, 0o600)
+		}, false, false, "not a directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.prepare()
+			cfg := config.Default()
+			cfg.SpoolDir, cfg.OpenNebula.AuthFile = spool, auth
+			r := checkHostSpool(cfg, tc.frontend)
+			if r.OK != tc.ok || !strings.Contains(r.Detail, tc.want) {
+				t.Fatalf("%+v, want ok=%v and %q", r, tc.ok, tc.want)
+			}
+			if tc.frontend && strings.Contains(r.Detail, "discouraged") {
+				t.Fatalf("the front-end's own credentials flagged: %+v", r)
+			}
+		})
+	}
+}

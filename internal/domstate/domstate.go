@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/rbdfence/rbdfence/internal/domxml"
 )
 
 // State is a domain state as virsh prints it ("running", "paused", "shut
@@ -75,4 +77,32 @@ func Parse(stdout, stderr string, err error) (State, error) {
 		return "", fmt.Errorf("virsh domstate: empty answer")
 	}
 	return State(s), nil
+}
+
+// Instance returns the `<one:deployment_time>` of domain's live XML (`virsh
+// --readonly dumpxml NAME`): the identity of the deployment file the
+// running domain was created from (domxml.Domain.Instance). 0 with no error
+// when libvirt has no such domain or its XML carries no OpenNebula
+// metadata; an error when libvirt could not be asked or the XML cannot be
+// read.
+func Instance(ctx context.Context, domain string, timeout time.Duration) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "virsh", "--readonly", "-c", URI(), "dumpxml", "--", domain)
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		return 0, fmt.Errorf("virsh dumpxml %s: no answer within %s", domain, timeout)
+	}
+	if _, serr := Parse("x", errb.String(), err); serr != nil || err != nil {
+		return 0, serr // nil: no such domain
+	}
+	d, err := domxml.Parse(out.Bytes())
+	if err != nil {
+		return 0, fmt.Errorf("virsh dumpxml %s: %v", domain, err)
+	}
+	return d.Instance(), nil
 }

@@ -122,6 +122,17 @@ func unmarshal(xmlDoc []byte) (dom *libvirtxml.Domain, err error) {
 	return dom, nil
 }
 
+// Instance is the identity of the deployment file the domain was defined
+// from: its `<one:deployment_time>` (see OpenNebulaMeta.DeploymentTime), 0
+// when the XML has no OpenNebula metadata or no positive value. A live
+// migration and a restore keep it; every new deploy changes it.
+func (d *Domain) Instance() int64 {
+	if d == nil || d.OpenNebula == nil || d.OpenNebula.DeploymentTime < 0 {
+		return 0
+	}
+	return d.OpenNebula.DeploymentTime
+}
+
 // VMIDFromName returns N for a domain name "one-<N>" (N in canonical
 // decimal form), -1 otherwise.
 func VMIDFromName(name string) int {

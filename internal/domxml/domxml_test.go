@@ -318,3 +318,29 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestInstance: the identity of a domain is its <one:deployment_time>; 0
+// without OpenNebula metadata.
+func TestInstance(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		doc  string
+		want int64
+	}{
+		{"deployment file", string(readTestdata(t, "one-42-deployment.xml")), 1700000123},
+		{"live XML after a migration", string(readTestdata(t, "one-42-live.xml")), 1700009999},
+		{"no metadata", `<domain type='kvm'><name>one-42</name></domain>`, 0},
+		{"metadata without deployment_time", `<domain type='kvm'><name>one-42</name><metadata><one:vm xmlns:one="http://opennebula.org/xmlns/libvirt/1.0"><one:name>x</one:name></one:vm></metadata></domain>`, 0},
+		{"negative value", `<domain type='kvm'><name>one-42</name><metadata><one:vm xmlns:one="http://opennebula.org/xmlns/libvirt/1.0"><one:deployment_time>-5</one:deployment_time></one:vm></metadata></domain>`, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := Parse([]byte(tc.doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := d.Instance(); got != tc.want {
+				t.Fatalf("Instance() = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

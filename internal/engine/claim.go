@@ -39,10 +39,26 @@ type Claim struct {
 	// images the instance writes exclusively (not shareable, not
 	// read-only); Addrs is their union. A disk's entry stays when it is
 	// detached or recorded through another Ceph access.
-	Images  map[string][]Addr `json:"images,omitempty"`
-	Window  *Window           `json:"window,omitempty"`
-	Run     string            `json:"run"`
-	Updated time.Time         `json:"updated"`
+	Images map[string][]Addr `json:"images,omitempty"`
+	// Instance identifies the admitted instance by the deployment file it
+	// runs: the `<one:deployment_time>` OpenNebula writes into every
+	// deployment file (time(0) when oned generates it: release-7.4.0
+	// src/vmm/LibVirtDriverKVM.cc:2831-2833, release-6.10.5 :2318-2320).
+	// Every new deploy, resume from POWEROFF or UNKNOWN, recover --retry
+	// or --recreate and reschedule generates a new file, so a new value; a
+	// live migration carries the source domain's XML unchanged (`virsh
+	// migrate --live` without --xml: release-7.4.0
+	// src/vmm_mad/remotes/lib/kvm/opennebula_vm.rb:302-303, called from
+	// src/vmm_mad/remotes/kvm/migrate:306) and a restore reuses the
+	// checkpoint's embedded XML (src/vmm_mad/remotes/kvm/restore:79,105
+	// of both releases), so both keep it. 0 when unknown: the instance
+	// started before rbdfence recorded it, the hook's record failed
+	// open, or its XML has no OpenNebula metadata. Older rbdfence
+	// versions ignore the field (and drop it when they rewrite the claim).
+	Instance int64     `json:"instance,omitempty"`
+	Window   *Window   `json:"window,omitempty"`
+	Run      string    `json:"run"`
+	Updated  time.Time `json:"updated"`
 }
 
 // Window is an open live-migration handover of the claim's deploy from Src
@@ -59,9 +75,13 @@ type Window struct {
 	// oned adds before the migrate driver runs (-1 when unknown).
 	Seq int `json:"seq"`
 	// From is the deploy that runs on Src (the claim's Seq when opened).
-	From    int       `json:"from"`
-	Opened  time.Time `json:"opened"`
-	Expires time.Time `json:"expires"`
+	From int `json:"from"`
+	// Instance is the identity (Claim.Instance) of the instance the window
+	// hands over: the claim's when the window was opened, 0 when unknown.
+	// The incoming migration must carry it (see handover).
+	Instance int64     `json:"instance,omitempty"`
+	Opened   time.Time `json:"opened"`
+	Expires  time.Time `json:"expires"`
 	// DstAddrs are the client addresses of the instance started on Dst by
 	// the migration, recorded by the hook at `started`: until postmigrate
 	// says which copy won, a start elsewhere fences both.
@@ -103,6 +123,10 @@ type Who struct {
 	// the hook's `migrate begin` accepted, kept in its incoming-migration
 	// mark. nil for every other start (the front-end's always).
 	Incoming *Window
+	// Instance is the identity (Claim.Instance, the deployment_time) of the
+	// domain this step is about: the hook's domain XML, the front-end's
+	// deployment file; 0 when unknown.
+	Instance int64
 }
 
 // sameHost reports whether the claim's host is the host w runs on.
@@ -388,6 +412,7 @@ func (e *Engine) Start(ctx context.Context, w Who, imgs []Image, dryRun bool) (*
 			return nil, err // claim not written: the next try fences again
 		}
 		continueDeploy(next, prev, w)
+		next.Instance = instanceOf(next, prev, w)
 		w.mark(next)
 		return next, nil
 	})
@@ -446,16 +471,71 @@ func handover(w Who, prev *Claim, now time.Time) error {
 	case prev.Window.From != prev.Seq:
 		why = fmt.Sprintf("the window was opened for deploy #%d, the claim holds deploy #%d", prev.Window.From, prev.Seq)
 	default:
-		return nil
+		why = wrongInstance(prev.Window.Instance, w.Instance)
+		if why == "" {
+			return nil
+		}
 	}
 	return &NoHandoverError{VM: w.VM, Host: w.Host, Why: why, Recorded: prev}
+}
+
+// wrongInstance returns why an incoming migration whose domain carries
+// identity got (its `<one:deployment_time>`, 0 when absent) is not the
+// instance a window handing over identity want hands over, or "" when it
+// may be. The destination's hook cannot see where a migration comes from
+// (libvirt gives it the domain XML only); the identity is what tells the
+// copy the front-end migrates (whose XML is the claim's instance's) from a
+// stale copy of an older deploy that somebody migrates with virsh into the
+// open window.
+//
+//   - want known, got the same: the claim's instance (or a copy made from
+//     the same deployment file, see the README's residuals).
+//   - want known, got another value: a copy of another deploy: refused.
+//   - want known, got 0: refused. Every deployment file of OpenNebula 5.x
+//     to 7.x carries the metadata, and the instance the window hands over
+//     had it; a domain without it is not that instance.
+//   - want 0 (the claim never learnt its instance's identity: the
+//     instance started before this version, or its hook record failed
+//     open, and premigrate could not read it from libvirt on the source
+//     either): nothing to compare, the window, host and deploy checks
+//     alone decide, as before. The next start of the VM records it.
+func wrongInstance(want, got int64) string {
+	switch {
+	case want == 0 || got == want:
+		return ""
+	case got == 0:
+		return fmt.Sprintf("the incoming domain carries no <one:deployment_time>, the window hands over the instance deployed at %s (deployment_time %d): "+
+			"it is not that instance; destroy the stray copy on its host", deployTime(want), want)
+	}
+	return fmt.Sprintf("the incoming domain was deployed at %s (deployment_time %d), the window hands over the instance deployed at %s (deployment_time %d): "+
+		"it is a stale copy of another deploy; destroy it on its host (virsh destroy)", deployTime(got), got, deployTime(want), want)
+}
+
+func deployTime(t int64) string { return time.Unix(t, 0).UTC().Format(time.RFC3339) }
+
+// instanceOf is the identity to record for the instance of next, which w
+// admits or records after prev: w's when w knows it, else prev's when next
+// continues prev's deploy on the same host (the front-end's record after
+// the hook's, a restore whose front-end step has no deployment file), else
+// unknown.
+func instanceOf(next, prev *Claim, w Who) int64 {
+	switch {
+	case w.Instance != 0:
+		return w.Instance
+	case prev != nil && prev.Seq == next.Seq && sameHost(prev, w):
+		return prev.Instance
+	}
+	return 0
 }
 
 // AcceptIncoming is the check of the hook's `migrate begin` on the
 // destination: it returns the window when the claim shows an open handover
 // the front-end opened for the VM's current deploy, from the claim's host to
-// w's host, and a *NoHandoverError otherwise. It reads the claim without the
-// lease and changes nothing.
+// w's host, of the instance w.Instance identifies (the incoming domain's
+// deployment_time: a stale copy of an older deploy migrated with virsh
+// carries another; see wrongInstance for unknown values), and a
+// *NoHandoverError otherwise. It reads the claim without the lease and
+// changes nothing.
 func (e *Engine) AcceptIncoming(ctx context.Context, w Who) (*Window, error) {
 	prev, err := e.ReadClaim(ctx, w.Pool, w.VM)
 	if err != nil {
@@ -560,6 +640,7 @@ func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (
 			}
 			continueDeploy(next, prev, w)
 		}
+		next.Instance = instanceOf(next, prev, w)
 		w.mark(next)
 		return next, nil
 	})
@@ -577,7 +658,10 @@ func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (
 // the destination's hook accepts in this window fences nothing. It fences
 // nothing itself, and the claim keeps the deploy that runs on src: the
 // destination's deploy is only the claim's when postmigrate says so. A
-// migration of an older deploy than the claim's is refused.
+// migration of an older deploy than the claim's is refused. The window
+// hands over the claim's instance (Window.Instance); a claim that does not
+// know its instance's identity takes w.Instance, the source domain's as
+// the step, running on the claim's host, read it from libvirt.
 func (e *Engine) OpenWindow(ctx context.Context, w Who, src, dst string, ttl time.Duration) (*ClaimResult, error) {
 	res := &ClaimResult{}
 	written, err := e.txn(ctx, w, func(prev *Claim, fresh stillOurs) (*Claim, error) {
@@ -599,12 +683,19 @@ func (e *Engine) OpenWindow(ctx context.Context, w Who, src, dst string, ttl tim
 			}
 			next = &Claim{Seq: from, Host: src, Source: w.Source}
 		}
+		// The window hands over the claim's instance: the incoming
+		// migration must carry its identity (handover). A claim that does
+		// not know it learns it from the source's domain when the step
+		// runs on the claim's host (w.Instance, read from libvirt there).
+		if next.Instance == 0 && (prev == nil || sameHost(prev, w)) {
+			next.Instance = w.Instance
+		}
 		next.State = StateMigrating
 		if prev != nil && isHost(src, nil, w) && sameHost(prev, w) {
 			src = prev.Host // the claim's name for the source (the step runs there)
 		}
 		now := e.now().UTC()
-		next.Window = &Window{Src: src, Dst: dst, Seq: w.Seq, From: next.Seq, Opened: now, Expires: now.Add(ttl)}
+		next.Window = &Window{Src: src, Dst: dst, Seq: w.Seq, From: next.Seq, Instance: next.Instance, Opened: now, Expires: now.Add(ttl)}
 		w.mark(next)
 		return next, nil
 	})
@@ -660,6 +751,14 @@ func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst 
 		default:
 			scope.Kind = ScopeOnHost
 			next.Host = src
+		}
+		if prev != nil {
+			// A live migration keeps the domain XML, so the instance's
+			// identity, whichever copy won.
+			next.Instance = prev.Instance
+			if outcome == Migrated && prev.Window != nil && prev.Window.Instance != 0 {
+				next.Instance = prev.Window.Instance
+			}
 		}
 		if outcome != Migrated && prev != nil {
 			next.Addrs, next.Images = prev.Addrs, prev.Images

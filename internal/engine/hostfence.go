@@ -317,7 +317,7 @@ func (e *Engine) writeFenced(ctx context.Context, hf HostFence, v HostVM, r *Rep
 		}
 		next := &Claim{Seq: v.Seq, Host: hf.Host, Source: SourceHostFence}
 		if prev != nil {
-			next.Seq, next.Host, next.HostAddrs = max(prev.Seq, v.Seq), prev.Host, prev.HostAddrs
+			next.Seq, next.Host, next.HostAddrs, next.Instance = max(prev.Seq, v.Seq), prev.Host, prev.HostAddrs, prev.Instance
 			next.Addrs = append([]Addr(nil), prev.Addrs...)
 			next.Images = map[string][]Addr{}
 			for k, as := range prev.Images {

@@ -13,7 +13,8 @@ import (
 // records its instance: one client per image, as QEMU opens them.
 func hostVM(t *testing.T, f *enginetest.Fake, e *engine.Engine, vm, seq int, host, ip string, imgs ...engine.Image) []engine.Addr {
 	t.Helper()
-	w := engine.Who{VM: vm, Seq: seq, Host: host, Source: engine.SourceFrontend, Run: "r", Pool: "one"}
+	// Instance: the deployment file's deployment_time, 1000+vm here.
+	w := engine.Who{VM: vm, Seq: seq, Host: host, Source: engine.SourceFrontend, Run: "r", Pool: "one", Instance: int64(1000 + vm)}
 	if _, err := e.Start(ctx, w, imgs, false); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestFenceHost(t *testing.T) {
 				t.Fatalf("result: ips %v fenced %d", res.HostIPs, res.Fenced)
 			}
 			c := res.VMs[0].Claim
-			if c == nil || c.State != engine.StateFenced || c.Host != "hostA" || c.Seq != 3 || len(c.Addrs) != 4 || c.Window != nil {
+			if c == nil || c.State != engine.StateFenced || c.Host != "hostA" || c.Seq != 3 || len(c.Addrs) != 4 || c.Window != nil || c.Instance != 1010 {
 				t.Fatalf("claim after the fence: %+v", c)
 			}
 			if len(res.VMs[0].Report.Recorded) != 1 || res.VMs[0].Report.Recorded[0].Address != inst[0].String() {

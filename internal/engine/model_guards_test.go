@@ -28,6 +28,7 @@ func (w *world) hookMigrateBegin(o *stepOut, h int) error {
 		return errCrashed
 	}
 	who := w.who(h, -1, engine.SourceHook)
+	who.Instance = w.hookInstance(h)
 	var win *engine.Window
 	_, err := w.call(o, -1, engine.SourceHook, "incoming", func(e *engine.Engine) (*engine.ClaimResult, error) {
 		var err error
@@ -40,6 +41,19 @@ func (w *world) hookMigrateBegin(o *stepOut, h int) error {
 	w.hosts[h].mark, w.hosts[h].markAt, w.hosts[h].markWin = true, w.clock, win
 	o.sayf("incoming migration accepted; mark set")
 	return nil
+}
+
+// hookInstance is the identity the hook passes for the domain on h: its
+// XML's <one:deployment_time> (domxml.Domain.Instance, internal/hook/run.go).
+// The mutant "no-instance-check" passes the one the claim's window expects,
+// as if the engine did not compare them.
+func (w *world) hookInstance(h int) int64 {
+	if mutant("no-instance-check") {
+		if c := w.claim(); c != nil && c.Window != nil {
+			return c.Window.Instance
+		}
+	}
+	return w.hosts[h].dom.ident
 }
 
 // domainActive is what the host step learns from libvirt
@@ -55,8 +69,8 @@ func (w *world) domainActive(h int) bool {
 // feStart is the front-end's prestart: host step "start" on the chosen host
 // with the HISTORY SEQ; the step refuses without fencing when libvirt runs
 // the VM's domain there (wt-lifecycle internal/fencer/running.go).
-func (w *world) feStart(o *stepOut, crash int, h, seq int) error {
-	o.startSeq, o.startHost, o.startSource = seq, h, engine.SourceFrontend
+func (w *world) feStart(o *stepOut, crash int, h, seq int, file int64) error {
+	o.startSeq, o.startHost, o.startSource, o.startFile = seq, h, engine.SourceFrontend, file
 	if w.hosts[h].cut {
 		o.sayf("host step cannot reach Ceph: refused (fence.fail_open false)")
 		return errCrashed
@@ -66,6 +80,7 @@ func (w *world) feStart(o *stepOut, crash int, h, seq int) error {
 		return errCrashed
 	}
 	who := w.who(h, seq, engine.SourceFrontend)
+	who.Instance = file // Deploy passes the deployment file's (internal/frontend/startactions.go)
 	_, err := w.call(o, crash, engine.SourceFrontend, "prestart", func(e *engine.Engine) (*engine.ClaimResult, error) {
 		return e.Start(ctx, who, mImgs, false)
 	})
@@ -94,6 +109,7 @@ func (w *world) hookStart(o *stepOut, crash int, h int) (how string, err error) 
 	}
 	who := w.who(h, -1, engine.SourceHook)
 	who.Incoming = incoming
+	who.Instance = w.hookInstance(h)
 	res, err := w.call(o, crash, engine.SourceHook, "start", func(e *engine.Engine) (*engine.ClaimResult, error) {
 		return e.Start(ctx, who, mImgs, false)
 	})
@@ -135,6 +151,7 @@ func (w *world) hookRecord(o *stepOut, crash int, h int) (refused bool) {
 	}
 	who := w.who(h, -1, engine.SourceHook)
 	who.Incoming = incoming
+	who.Instance = w.hookInstance(h)
 	_, err := w.call(o, crash, engine.SourceHook, "record", func(e *engine.Engine) (*engine.ClaimResult, error) {
 		if mutant("started-fences") {
 			return e.Start(ctx, who, mImgs, false)

@@ -60,6 +60,7 @@ type stepOut struct {
 	// fence is set by a step that called Start: for whom.
 	startSeq, startHost int
 	startSource         string
+	startFile           int64 // the front-end's deployment file
 	// startIncoming: the start was a hook prepare for an incoming migration
 	// (startByFE: one the front-end drives).
 	startIncoming, startByFE bool
@@ -83,7 +84,7 @@ func (w *world) call(o *stepOut, crash int, source, op string, f func(e *engine.
 			return nil, errNoStall
 		}
 		data, ver, _ := w.f.ReadObject(ctx, mPool, oid)
-		w.stalled = &stall{source: o.startSource, host: o.startHost, seq: o.startSeq, cookie: cookie, data: data, version: ver}
+		w.stalled = &stall{source: o.startSource, host: o.startHost, seq: o.startSeq, file: o.startFile, cookie: cookie, data: data, version: ver}
 		o.stalled = true
 		o.sayf("PAUSED after taking the claim lease and reading the claim")
 		return nil, errStalled
@@ -224,7 +225,7 @@ func (w *world) steps(b bound) []step {
 	case stPrestart:
 		add(step{name: fmt.Sprintf("front-end prestart #%d on %s", op.seq, mHosts[op.host]), crashable: true, stallable: true,
 			run: func(w *world, o *stepOut, crash int) {
-				err := w.feStart(o, crash, w.op.host, w.op.seq)
+				err := w.feStart(o, crash, w.op.host, w.op.seq, w.op.file)
 				if errors.Is(err, errStalled) {
 					w.op.stage = stStalled
 					return
@@ -249,7 +250,7 @@ func (w *world) steps(b bound) []step {
 					w.deployFailed(o)
 					return
 				}
-				w.hosts[h].dom = dom{phase: phPrepare, inst: -1, seq: w.op.seq, from: -1, byFE: true}
+				w.hosts[h].dom = dom{phase: phPrepare, inst: -1, seq: w.op.seq, from: -1, byFE: true, ident: w.op.file}
 				w.op.stage = stCreating
 			}})
 	case stPremigrate:
@@ -262,6 +263,11 @@ func (w *world) steps(b bound) []step {
 					return
 				}
 				who := w.who(src, w.op.seq, engine.SourceFrontend)
+				if w.domainActive(src) {
+					// the step reads the source domain's deployment_time
+					// from libvirt (internal/fencer/running.go learnInstance)
+					who.Instance = w.hosts[src].dom.ident
+				}
 				if mutant("premigrate-seq+1") {
 					who.Seq++
 				}
@@ -284,7 +290,9 @@ func (w *world) steps(b bound) []step {
 					w.op.stage = stFailmigrate
 					return
 				}
-				w.hosts[dst].dom = dom{phase: phMigBegin, inst: -1, seq: w.op.seq, from: src, byFE: true}
+				// `virsh migrate --live` without --xml: the source domain's
+				// XML, its deployment_time with it (opennebula_vm.rb:302-303).
+				w.hosts[dst].dom = dom{phase: phMigBegin, inst: -1, seq: w.op.seq, from: src, byFE: true, ident: w.hosts[src].dom.ident}
 				w.op.stage = stMigrating
 			}})
 	case stPostmigrate:
@@ -462,7 +470,7 @@ func (w *world) steps(b bound) []step {
 				o.stale = s.version != w.f.ObjectVersion(mPool, engine.ClaimObject(mVM))
 				defer func() { w.resuming = nil }()
 				if s.source == engine.SourceFrontend {
-					err := w.feStart(o, -1, s.host, s.seq)
+					err := w.feStart(o, -1, s.host, s.seq, s.file)
 					switch {
 					case w.op.stage != stStalled || w.op.host != s.host || w.op.seq != s.seq:
 						o.abandoned = true
@@ -512,7 +520,7 @@ func (w *world) steps(b bound) []step {
 						seq := c.seq + 1
 						w.hist = append(w.hist, record{seq, h, -1})
 						w.lcm = lcmBoot
-						w.op = feOp{stage: stPrestart, seq: seq, host: h}
+						w.op = feOp{stage: stPrestart, seq: seq, host: h, file: w.newFile()}
 						o.sayf("HISTORY #%d on %s", seq, mHosts[h])
 					}})
 			}
@@ -552,7 +560,7 @@ func (w *world) steps(b bound) []step {
 						w.lcm = lcmMigrate
 						return
 					}
-					w.op = feOp{stage: stPrestart, seq: c.seq, host: c.host}
+					w.op = feOp{stage: stPrestart, seq: c.seq, host: c.host, file: w.newFile()}
 					w.lcm = lcmBoot
 				}})
 		}
@@ -562,7 +570,7 @@ func (w *world) steps(b bound) []step {
 			add(step{name: "oned: VM UNKNOWN (monitoring lost); onevm resume", budget: bChange,
 				run: func(w *world, o *stepOut, _ int) {
 					c := w.cur()
-					w.op = feOp{stage: stPrestart, seq: c.seq, host: c.host}
+					w.op = feOp{stage: stPrestart, seq: c.seq, host: c.host, file: w.newFile()}
 					w.lcm = lcmBoot
 				}})
 			add(step{name: "oned: onevm poweroff", budget: bChange,
@@ -582,7 +590,7 @@ func (w *world) steps(b bound) []step {
 					c := w.cur()
 					seq := c.seq + 1
 					w.hist = append(w.hist, record{seq, c.host, -1})
-					w.op = feOp{stage: stPrestart, seq: seq, host: c.host}
+					w.op = feOp{stage: stPrestart, seq: seq, host: c.host, file: w.newFile()}
 					w.lcm = lcmBoot
 					o.sayf("HISTORY #%d on %s", seq, mHosts[c.host])
 				}})
@@ -608,7 +616,7 @@ func (w *world) steps(b bound) []step {
 				x, y := x, y
 				add(step{name: fmt.Sprintf("operator: virsh migrate --live one-42 %s→%s (outside OpenNebula)", mHosts[x], mHosts[y]), budget: bChange,
 					run: func(w *world, o *stepOut, _ int) {
-						w.hosts[y].dom = dom{phase: phMigBegin, inst: -1, seq: w.hosts[x].dom.seq, from: x}
+						w.hosts[y].dom = dom{phase: phMigBegin, inst: -1, seq: w.hosts[x].dom.seq, from: x, ident: w.hosts[x].dom.ident}
 					}})
 			}
 		}

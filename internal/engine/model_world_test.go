@@ -33,6 +33,10 @@ var (
 	mBase  = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 )
 
+// mFile0 is the deployment_time of the model's first deployment file; each
+// later one is a second later (engine.Claim.Instance).
+const mFile0 = int64(1767225600)
+
 func mIP(h int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(h + 1)}) }
 
 // lcm is oned's state of the VM, as far as the model needs it.
@@ -77,6 +81,10 @@ type feOp struct {
 	seq   int // the HISTORY SEQ the action runs for
 	host  int // deploy: the host; migrate: the destination
 	src   int // migrate: the source
+	// file is the identity (<one:deployment_time>) of the deployment file
+	// oned generated for a deploy action (every deploy action writes a new
+	// one); 0 for a migration, which keeps the source domain's XML.
+	file int64
 }
 
 func (o feOp) deploy() bool {
@@ -106,6 +114,9 @@ type dom struct {
 	seq   int  // the deploy it runs for, as far as OpenNebula is concerned
 	from  int  // incoming migration: the source host; -1 for a create
 	byFE  bool // started by the front-end's driver action (not by hand)
+	// ident is the <one:deployment_time> of the domain's XML: its deploy
+	// action's file for a create, the source domain's for a migration.
+	ident int64
 	how   string
 	// winOK: at `migrate begin` the claim held an open window from the
 	// source to this host (for attributing violations)
@@ -124,6 +135,7 @@ type hostState struct {
 
 // inst is one QEMU process of the VM: one Ceph client.
 type inst struct {
+	ident   int64 // the domain's deployment_time it was started from
 	host    int
 	addr    engine.Addr
 	seq     int
@@ -139,14 +151,17 @@ type inst struct {
 }
 
 type world struct {
-	f      *enginetest.Fake
-	clock  int // minutes since mBase
-	hist   []record
-	lcm    lcm
-	op     feOp
-	hosts  [3]hostState
-	insts  []inst
-	runs   int
+	f     *enginetest.Fake
+	clock int // minutes since mBase
+	hist  []record
+	lcm   lcm
+	op    feOp
+	hosts [3]hostState
+	insts []inst
+	runs  int
+	// files counts the deployment files oned generated (not part of the
+	// state: a fresh file only needs a value no domain carries yet).
+	files  int64
 	budget struct{ changes, faults, ticks int }
 	// stalled is a step whose process took the claim lease, read the claim
 	// and then paused (a stuck Ceph call, a paused process): its lease runs
@@ -160,6 +175,7 @@ type world struct {
 type stall struct {
 	source    string // frontend (prestart) or hook (prepare)
 	host, seq int
+	file      int64 // the front-end's deployment file (prestart)
 	cookie    string
 	data      []byte
 	version   uint64
@@ -174,6 +190,13 @@ func (w *world) clone() *world {
 }
 
 func (w *world) cur() record { return w.hist[len(w.hist)-1] }
+
+// newFile is oned generating a deployment file for a deploy action: its
+// deployment_time (LibVirtDriverKVM.cc:2831-2833 of release-7.4.0).
+func (w *world) newFile() int64 {
+	w.files++
+	return mFile0 + w.files - 1
+}
 
 func (w *world) now() time.Time { return mBase.Add(time.Duration(w.clock) * time.Minute) }
 
@@ -195,13 +218,18 @@ func newWorld() *world {
 		w.hosts[h].dom = dom{inst: -1, from: -1}
 	}
 	e, _ := w.engine(-1, nil)
+	file := w.newFile()
 	who := w.who(0, 0, engine.SourceFrontend)
+	who.Instance = file
 	if _, err := e.Start(ctx, who, mImgs, false); err != nil {
 		panic(err)
 	}
-	w.hosts[0].dom = dom{phase: phRunning, inst: w.open(0, 0, true), seq: 0, from: -1, byFE: true, how: "claim"}
+	w.hosts[0].dom = dom{phase: phRunning, seq: 0, from: -1, byFE: true, how: "claim", ident: file}
+	w.hosts[0].dom.inst = w.open(0, 0, true)
 	w.insts[0].byFE, w.insts[0].how = true, "claim"
-	if _, err := e.Record(ctx, w.who(0, -1, engine.SourceHook), mImgs, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{mIP(0)}}); err != nil {
+	rec := w.who(0, -1, engine.SourceHook)
+	rec.Instance = file
+	if _, err := e.Record(ctx, rec, mImgs, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{mIP(0)}}); err != nil {
 		panic(err)
 	}
 	return w
@@ -226,7 +254,7 @@ func (w *world) windowKey(win *engine.Window) string {
 // open starts a QEMU instance on host h and returns its index.
 func (w *world) open(h, seq int, running bool) int {
 	a := engine.Addr{IP: mIP(h), Port: 0, Nonce: uint32(101 + len(w.insts))}
-	w.insts = append(w.insts, inst{host: h, addr: a, seq: seq, running: running})
+	w.insts = append(w.insts, inst{host: h, addr: a, seq: seq, running: running, ident: w.hosts[h].dom.ident})
 	if !w.hosts[h].cut {
 		w.f.Attach(mDisk, a, running)
 	}
@@ -420,18 +448,27 @@ func (w *world) claimString() string {
 	for _, a := range c.Addrs {
 		addrs = append(addrs, w.instName(a))
 	}
-	s := fmt.Sprintf("#%d on %s (%s, %s) addrs=[%s]", c.Seq, c.Host, c.Source, c.State, strings.Join(addrs, " "))
+	s := fmt.Sprintf("#%d on %s (%s, %s) addrs=[%s] instance=%s", c.Seq, c.Host, c.Source, c.State, strings.Join(addrs, " "), fileName(c.Instance))
 	if c.Window != nil {
 		open := "open"
 		if !w.now().Before(c.Window.Expires) {
 			open = "expired"
 		}
-		s += fmt.Sprintf(" window %s→%s %s", c.Window.Src, c.Window.Dst, open)
+		s += fmt.Sprintf(" window %s→%s of %s %s", c.Window.Src, c.Window.Dst, fileName(c.Window.Instance), open)
 	}
 	if w.f.LeaseHeld(mPool, engine.ClaimObject(mVM)) {
 		s += " LEASE HELD"
 	}
 	return s
+}
+
+// fileName names a deployment_time by its deployment file: file1 is the
+// first oned generated; "-" for unknown.
+func fileName(ident int64) string {
+	if ident == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("file%d", ident-mFile0+1)
 }
 
 // String is the world in one line for the story.
@@ -452,7 +489,7 @@ func (w *world) String() string {
 			b.WriteString("(CUT OFF)")
 		}
 		if hs.dom.phase != phNone {
-			fmt.Fprintf(&b, " one-42 %s", phaseNames[hs.dom.phase])
+			fmt.Fprintf(&b, " one-42(%s) %s", fileName(hs.dom.ident), phaseNames[hs.dom.phase])
 		}
 		if hs.mark {
 			if w.markFresh(h) {
@@ -493,11 +530,11 @@ func (w *world) key() string {
 		fmt.Fprintf(&b, "%+v m%v c%v %s;", hs.dom, w.markFresh(h), hs.cut, w.windowKey(hs.markWin))
 	}
 	for _, in := range w.insts {
-		fmt.Fprintf(&b, "%d %s %d %v %v %s %v %v;", in.host, in.addr, in.seq, in.running, in.gone, in.how, in.fromMig, in.byFE)
+		fmt.Fprintf(&b, "%d %s %d %v %v %s %v %v %d;", in.host, in.addr, in.seq, in.running, in.gone, in.how, in.fromMig, in.byFE, in.ident)
 	}
 	b.WriteString(w.claimKey(w.f.Object(mPool, engine.ClaimObject(mVM))))
 	if st := w.stalled; st != nil {
-		fmt.Fprintf(&b, "|stalled %s %d %d stale=%v %s", st.source, st.host, st.seq, st.version != w.f.ObjectVersion(mPool, engine.ClaimObject(mVM)), w.claimKey(st.data))
+		fmt.Fprintf(&b, "|stalled %s %d %d %d stale=%v %s", st.source, st.host, st.seq, st.file, st.version != w.f.ObjectVersion(mPool, engine.ClaimObject(mVM)), w.claimKey(st.data))
 	}
 	fmt.Fprintf(&b, "|L%v|%s", w.f.LeaseHeld(mPool, engine.ClaimObject(mVM)), w.f.Observable())
 	return b.String()

@@ -57,9 +57,16 @@ type Event struct {
 // of trying every pending event. Sinks wrap it (errors.Is must match).
 var ErrUnavailable = errors.New("event sink unavailable")
 
+// ErrGone marks errors that mean the event can never be recorded: its VM no
+// longer exists in oned (oned never reuses a VM id). Flush and the
+// front-end's collection set such an event aside in DIR/gone/ (kept, named
+// in the error, never offered again) instead of retrying it forever.
+var ErrGone = errors.New("the event's VM no longer exists")
+
 // Sink records events. RecordEvent must be idempotent by Event.ID: recording
 // an event whose ID is already recorded succeeds without effect. Errors that
-// mean "not reachable" wrap ErrUnavailable.
+// mean "not reachable" wrap ErrUnavailable; errors that mean "never
+// recordable" wrap ErrGone.
 type Sink interface {
 	RecordEvent(ctx context.Context, ev Event) error
 }
@@ -83,14 +90,27 @@ func newID() string {
 // of [A-Za-z0-9._-] (1-128 chars, not starting with '.', '_' or '-'), a VM id
 // >= 0 and a non-zero time.
 func (e Event) Validate() error {
-	if !idRE().MatchString(e.ID) {
-		return fmt.Errorf("event id %q: want 1-128 characters of [A-Za-z0-9._-], starting with a letter or digit", e.ID)
+	if err := ValidID(e.ID); err != nil {
+		return err
 	}
 	if e.VM < 0 {
 		return fmt.Errorf("event %s: vm id %d is negative", e.ID, e.VM)
 	}
 	if e.Time.IsZero() {
 		return fmt.Errorf("event %s: time is not set", e.ID)
+	}
+	return nil
+}
+
+// ValidID reports whether id is an event id: 1-128 characters of
+// [A-Za-z0-9._-], starting with a letter or digit. Such an id names a spool
+// file ("<id>.json") and never a path.
+func ValidID(id string) error {
+	if !idRE().MatchString(id) {
+		if len(id) > 64 {
+			id = id[:64] + "..."
+		}
+		return fmt.Errorf("event id %q: want 1-128 characters of [A-Za-z0-9._-], starting with a letter or digit", id)
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ const (
 	tmpPrefix    = ".tmp-"
 	lockName     = ".lock"
 	badDir       = "bad"
+	goneDir      = "gone"
 	staleTmpAge  = time.Hour
 	lockPollStep = 20 * time.Millisecond
 )
@@ -34,6 +35,9 @@ const (
 // flock on DIR/.lock.
 type Spool struct {
 	dir string
+	// uid, gid: who files root writes here get, when chown (owner.go).
+	uid, gid int
+	chown    bool
 }
 
 // CorruptError reports spool files that could not be decoded and were moved
@@ -68,8 +72,12 @@ func OpenSpool(dir string) (*Spool, error) {
 	if dir == "" {
 		return nil, errors.New("spool directory not set")
 	}
+	anc := nearestExisting(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
+	}
+	if err := giveCreated(dir, anc); err != nil {
+		return nil, fmt.Errorf("spool %s: giving it to the owner of %s: %w", dir, anc, err)
 	}
 	st, err := os.Stat(dir)
 	if err != nil {
@@ -78,7 +86,11 @@ func OpenSpool(dir string) (*Spool, error) {
 	if !st.IsDir() {
 		return nil, fmt.Errorf("spool %s: not a directory", dir)
 	}
-	return &Spool{dir: dir}, nil
+	s := &Spool{dir: dir}
+	if err := s.setOwner(); err != nil {
+		return nil, fmt.Errorf("spool %s: %w", dir, err)
+	}
+	return s, nil
 }
 
 // Dir returns the spool directory.
@@ -95,7 +107,7 @@ func (s *Spool) Put(ev Event) error {
 		return fmt.Errorf("spool: encode event %s: %w", ev.ID, err)
 	}
 	data = append(data, '\n')
-	if err := writeFileAtomic(s.dir, ev.ID+spoolExt, data); err != nil {
+	if err := writeFileAtomic(s.dir, ev.ID+spoolExt, data, s.own); err != nil {
 		return fmt.Errorf("spool: event %s: %w", ev.ID, err)
 	}
 	return nil
@@ -130,8 +142,13 @@ func (s *Spool) pending() ([]Event, map[string]string, error) {
 		if errors.Is(derr, fs.ErrNotExist) {
 			continue // delivered and removed by a concurrent flusher
 		}
+		if errors.Is(derr, fs.ErrPermission) {
+			// Not corrupt: another user's file (root's hook before it gave
+			// its files to the spool's owner). Left in place, and an error.
+			return nil, nil, fmt.Errorf("spool: %w", derr)
+		}
 		if derr != nil {
-			dst, merr := s.setAside(name)
+			dst, merr := s.setAside(name, badDir)
 			if errors.Is(merr, fs.ErrNotExist) {
 				continue // set aside by a concurrent reader
 			}
@@ -182,10 +199,10 @@ func readEvent(path, wantID string) (Event, error) {
 	return ev, nil
 }
 
-// setAside moves DIR/name to DIR/bad/name (adding a suffix if taken).
-func (s *Spool) setAside(name string) (string, error) {
-	bd := filepath.Join(s.dir, badDir)
-	if err := os.MkdirAll(bd, 0o700); err != nil {
+// setAside moves DIR/name to DIR/sub/name (adding a suffix if taken).
+func (s *Spool) setAside(name, sub string) (string, error) {
+	bd := filepath.Join(s.dir, sub)
+	if err := s.mkdirOwned(bd); err != nil {
 		return "", err
 	}
 	dst := filepath.Join(bd, name)
@@ -216,7 +233,7 @@ func (s *Spool) Flush(ctx context.Context, sink Sink) (sent int, err error) {
 	if sink == nil {
 		return 0, errors.New("spool flush: no sink")
 	}
-	unlock, err := s.lock(ctx)
+	unlock, err := s.lock(ctx, lockName)
 	if err != nil {
 		return 0, err
 	}
@@ -239,6 +256,10 @@ func (s *Spool) Flush(ctx context.Context, sink Sink) (sent int, err error) {
 			break
 		}
 		if derr := sink.RecordEvent(ctx, ev); derr != nil {
+			if errors.Is(derr, ErrGone) {
+				errs = append(errs, s.setGone(filepath.Base(files[ev.ID]), ev, derr))
+				continue
+			}
 			errs = append(errs, fmt.Errorf("event %s (vm %d): %w", ev.ID, ev.VM, derr))
 			if errors.Is(derr, ErrUnavailable) || ctx.Err() != nil {
 				break
@@ -260,12 +281,30 @@ func (s *Spool) Flush(ctx context.Context, sink Sink) (sent int, err error) {
 	return sent, errors.Join(errs...)
 }
 
-// lock takes the spool's flock, polling so that ctx is honoured.
-func (s *Spool) lock(ctx context.Context) (func(), error) {
-	path := filepath.Join(s.dir, lockName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+// setGone moves the file of ev, which the sink can never record (why wraps
+// ErrGone), to DIR/gone/ and returns the error that reports it: the event
+// is kept there (and in the audit log) but no longer offered. The caller
+// holds the spool's lock.
+func (s *Spool) setGone(name string, ev Event, why error) error {
+	dst, err := s.setAside(name, goneDir)
+	if err != nil {
+		return fmt.Errorf("event %s (vm %d): %v; and it could not be set aside (it is offered again next time): %w", ev.ID, ev.VM, why, err)
+	}
+	return fmt.Errorf("event %s (vm %d) can never be delivered (%w); kept in %s, not offered again", ev.ID, ev.VM, why, dst)
+}
+
+// lock takes the flock on DIR/name, polling so that ctx is honoured. The
+// file is opened without following a symlink (root's hook may write into
+// a directory another user owns, see own).
+func (s *Spool) lock(ctx context.Context, name string) (func(), error) {
+	path := filepath.Join(s.dir, name)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("spool lock: %w", err)
+	}
+	if err := s.own(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("spool lock %s: %w", path, err)
 	}
 	for {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
@@ -282,7 +321,7 @@ func (s *Spool) lock(ctx context.Context) (func(), error) {
 		select {
 		case <-ctx.Done():
 			_ = f.Close()
-			return nil, fmt.Errorf("spool lock %s: another flush is running: %w", path, ctx.Err())
+			return nil, fmt.Errorf("spool lock %s: another flush or collection is running: %w", path, ctx.Err())
 		case <-time.After(lockPollStep):
 		}
 	}
@@ -308,7 +347,8 @@ func (s *Spool) removeStaleTemps() {
 }
 
 // writeFileAtomic writes dir/name via a temp file, fsync, rename, fsync dir.
-func writeFileAtomic(dir, name string, data []byte) (err error) {
+// own (may be nil) is applied to the temp file before it is written.
+func writeFileAtomic(dir, name string, data []byte, own func(*os.File) error) (err error) {
 	f, err := os.CreateTemp(dir, tmpPrefix+name+"-*")
 	if err != nil {
 		return err
@@ -322,6 +362,11 @@ func writeFileAtomic(dir, name string, data []byte) (err error) {
 	}()
 	if err = f.Chmod(0o600); err != nil {
 		return err
+	}
+	if own != nil {
+		if err = own(f); err != nil {
+			return err
+		}
 	}
 	if _, err = f.Write(data); err != nil {
 		return err

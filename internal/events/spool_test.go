@@ -236,20 +236,27 @@ func TestFlush(t *testing.T) {
 		wantSent int
 		wantLeft string
 		wantErr  error
+		wantGone string // files in DIR/gone/
 	}{
-		{"all delivered", nil, 3, "", nil},
+		{"all delivered", nil, 3, "", nil, ""},
 		{"one event refused, others go on", func(ev Event) error {
 			if ev.ID == "b" {
 				return errors.New("VM 2 does not exist")
 			}
 			return nil
-		}, 2, "b", nil},
+		}, 2, "b", nil, ""},
+		{"VM gone: set aside, not offered again", func(ev Event) error {
+			if ev.ID == "b" {
+				return fmt.Errorf("%w: one.vm.info: not found in oned", ErrGone)
+			}
+			return nil
+		}, 2, "", ErrGone, "b.json"},
 		{"sink unavailable stops the flush", func(ev Event) error {
 			if ev.ID == "b" {
 				return unavailable
 			}
 			return nil
-		}, 1, "b,c", ErrUnavailable},
+		}, 1, "b,c", ErrUnavailable, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -275,6 +282,22 @@ func TestFlush(t *testing.T) {
 			}
 			if got := strings.Join(pendingIDs(t, sp), ","); got != tc.wantLeft {
 				t.Errorf("left in spool = %q, want %q", got, tc.wantLeft)
+			}
+			var gone []string
+			if des, _ := os.ReadDir(filepath.Join(sp.Dir(), goneDir)); des != nil {
+				for _, de := range des {
+					gone = append(gone, de.Name())
+				}
+			}
+			if got := strings.Join(gone, ","); got != tc.wantGone {
+				t.Errorf("set aside in gone/ = %q, want %q", got, tc.wantGone)
+			}
+			if tc.wantGone != "" {
+				// Not offered again: a second flush sends nothing and succeeds.
+				before := len(sink.ids())
+				if sent, err := sp.Flush(context.Background(), sink); sent != 0 || err != nil || len(sink.ids()) != before {
+					t.Errorf("second flush: sent %d, err %v, offered %d more", sent, err, len(sink.ids())-before)
+				}
 			}
 			// Delivery order is by time.
 			if got := sink.ids(); !sort.SliceIsSorted(got, func(i, j int) bool { return got[i] < got[j] }) {
@@ -309,7 +332,7 @@ func TestFlushLockHonoursContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unlock, err := other.lock(context.Background())
+	unlock, err := other.lock(context.Background(), lockName)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,3 +31,20 @@ func refuseRunning(ctx context.Context, cfg *config.Config, req *hoststep.Reques
 	}
 	return &engine.AlreadyRunningError{VM: req.VM, Host: req.Host, Domain: dom, State: string(st)}
 }
+
+// learnInstance gives the front-end's premigrate, run on the source host,
+// the identity of the domain it is about to migrate: the `<one:deployment_time>`
+// of `one-<VM>`'s live XML as libvirt has it (read-only, within
+// timeouts.connect). OpenWindow uses it when the claim does not know its
+// instance's identity (a VM started before this version): the window is
+// then bound to it as well. When the step does not run on the source
+// (opennebula.remote: local) or libvirt cannot be asked, the request is
+// left as it is.
+func learnInstance(ctx context.Context, cfg *config.Config, req *hoststep.Request) {
+	if req.Op != hoststep.OpPremigrate || req.Source != engine.SourceFrontend || req.Local || req.Instance != 0 || req.Host != req.Src {
+		return
+	}
+	if t, err := domstate.Instance(ctx, "one-"+strconv.Itoa(req.VM), time.Duration(cfg.Timeouts.Connect)); err == nil {
+		req.Instance = t
+	}
+}

@@ -57,7 +57,8 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 			Client: c.Client, Address: c.Address, Cookie: c.Cookie, Action: string(c.Action), Expire: c.Expire, Result: "ok"}}, source)
 		failpoint.Hit("after-blocklist")
 	}
-	base := engine.Who{VM: req.VM, Seq: req.Seq, Host: req.Host, Source: req.Source, Run: req.Run, Incoming: req.Incoming}
+	learnInstance(ctx, cfg, req)
+	base := engine.Who{VM: req.VM, Seq: req.Seq, Host: req.Host, Source: req.Source, Run: req.Run, Incoming: req.Incoming, Instance: req.Instance}
 	// Ask libvirt (a virsh process) while Ceph connects; every group waits
 	// for the answer before its claim is read or anything is fenced.
 	running := make(chan error, 1)

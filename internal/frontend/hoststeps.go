@@ -262,6 +262,7 @@ func (e *Env) hostStep(ctx context.Context, host string, req *hoststep.Request, 
 		e.Log.Info("host %s runs rbdfence host step protocol version 1, this front-end version %d: asking again in version 1; to upgrade the host, %s",
 			host, hoststep.Version, hoststep.Fix)
 		v.Version = 0
+		v.Instance = 0 // a version 1 host rejects every field it does not know
 		resp, err = e.hostStepOnce(ctx, host, &v, pl)
 	}
 	return resp, err

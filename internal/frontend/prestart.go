@@ -27,6 +27,10 @@ type StartInput struct {
 	Seq int
 	// Run names this run; "" makes a new id.
 	Run string
+	// Instance is the identity of the instance being started: the
+	// deployment file's <one:deployment_time> (engine.Claim.Instance); 0
+	// when unknown (a restore: the hook records the checkpoint's).
+	Instance int64
 }
 
 // StartResult is what a prestart did.
@@ -134,7 +138,7 @@ func (e *Env) prepareStart(ctx context.Context, in StartInput) (*StartResult, *h
 	}
 
 	req := &hoststep.Request{Op: hoststep.OpStart, VM: in.VM, Seq: res.Seq, Host: res.Host, Run: res.Run,
-		Source: engine.SourceFrontend, Disks: vm.Disks}
+		Source: engine.SourceFrontend, Disks: vm.Disks, Instance: in.Instance}
 	e.Log.Info("checking %d RBD image(s) of VM %d for deploy #%d on %s (run %s)", len(vm.Disks), in.VM, res.Seq, res.Host, res.Run)
 	return res, req, nil
 }

@@ -139,6 +139,7 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 	}
 	rec := v
 	rec.Op = hoststep.OpRecord
+	rec.Instance = 0 // as recordInstance's: the claim keeps the start's
 	recBody, err := json.Marshal(&rec)
 	if err != nil {
 		return -1, false, errorf(outcome.Failure, vm, "VM %d: encoding the record request: %v", vm, err)

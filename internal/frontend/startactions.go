@@ -195,7 +195,7 @@ func Deploy(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 	}
 
 	pctx, cancel := context.WithTimeout(ctx, time.Duration(e.Cfg.Timeouts.Oned))
-	res, req, err := e.prepareStart(pctx, StartInput{VM: a.VM, Host: a.Host, Seq: deploySeq(a.LocalFile)})
+	res, req, err := e.prepareStart(pctx, StartInput{VM: a.VM, Host: a.Host, Seq: deploySeq(a.LocalFile), Instance: dom.Instance()})
 	cancel()
 	if err != nil {
 		return err

@@ -14,12 +14,13 @@ import (
 
 // oldHost stands in for a host whose rbdfence missed `onehost sync`: it
 // answers with the JSON a version 1 host writes (hoststep/testdata), and,
-// like a version 1 host, rejects a request with a field it does not know.
+// like a version 1 host, rejects a request with a field it does not know
+// (those added since version 1 that the front-end sends).
 const oldHost = `#!/bin/sh
 req=$(cat)
 echo "$req" >> "$STUB_DIR/requests"
 case "$req" in
-*'"version"'*) cat "$TESTDATA/v1-response-unknown-field.json"; exit 2 ;;
+*'"version"'*|*'"instance"'*) cat "$TESTDATA/v1-response-unknown-field.json"; exit 2 ;;
 esac
 cat "$TESTDATA/v1-response-$ANSWER.json"
 `
@@ -31,7 +32,7 @@ func TestHostStepOldHost(t *testing.T) {
 	}
 	t.Setenv("TESTDATA", td)
 	req := &hoststep.Request{Op: hoststep.OpStart, VM: 42, Seq: 3, Host: "node1", Run: "r", Source: "frontend",
-		Disks: []vmdisk.Disk{{ID: "0", Pool: "one", Name: "one-7-42-0"}}}
+		Disks: []vmdisk.Disk{{ID: "0", Pool: "one", Name: "one-7-42-0"}}, Instance: 1700000123}
 	for _, tc := range []struct {
 		answer string
 		kind   outcome.Kind

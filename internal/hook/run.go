@@ -190,7 +190,8 @@ func (r *runner) prepare(ctx context.Context) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
 	defer cancel()
 	if dom.VMID >= 0 {
-		req := &hoststep.Request{Op: hoststep.OpStart, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks, Incoming: incoming}
+		req := &hoststep.Request{Op: hoststep.OpStart, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks, Incoming: incoming,
+			Instance: dom.Instance()}
 		if err := req.Validate(); err != nil {
 			return r.fail(outcome.Usage, err)
 		}
@@ -276,10 +277,12 @@ func (r *runner) logReport(resp *hoststep.Response) {
 	}
 }
 
-// publish raises one collision event per fenced client: to oned, or to the
-// spool when oned does not answer (fencer.Do has spooled them already, each
-// right after its blocklist; Publish sends the spool first and counts every
-// event once by its id). Nothing is published for a clean start.
+// publish raises one collision event per fenced client. A host holds no
+// oned credentials (docs/SECURITY.md): the events go to the spool (where
+// fencer.Do has put them already, each right after its blocklist; the ids
+// are the same) and the front-end collects them over ssh (`rbdfence events
+// flush` and its timer). Only a host where the admin put credentials at
+// opennebula.auth_file delivers directly. Nothing for a clean start.
 func (r *runner) publish(ctx context.Context, cfg *config.Config, resp *hoststep.Response) {
 	// The same source as fencer.Do's own spooling ("hook/start"), so that an
 	// event spooled by the step and the one published here are identical.
@@ -287,10 +290,12 @@ func (r *runner) publish(ctx context.Context, cfg *config.Config, resp *hoststep
 	if len(evs) == 0 {
 		return
 	}
-	res, err := collision.Publish(ctx, cfg, evs)
+	res, err := collision.PublishHost(ctx, cfg, evs)
 	l := r.log.WithFields(logrus.Fields{"delivered": res.Delivered, "spooled": res.Spooled})
 	var deferred *events.DeferredError
 	switch {
+	case err == nil && res.ForCollection:
+		l.Info("collision events spooled in " + cfg.SpoolDir + " for the front-end to collect (rbdfence events flush)")
 	case err == nil:
 		l.Info("collision events delivered to oned")
 	case errors.As(err, &deferred):
@@ -303,9 +308,11 @@ func (r *runner) publish(ctx context.Context, cfg *config.Config, resp *hoststep
 // migrate is `migrate begin` on the destination of a live migration. An
 // OpenNebula VM's migration is accepted only when its claim shows the
 // handover the front-end's premigrate opened for the VM's current deploy
-// from the claim's host to this one; anything else (a stale copy migrated
-// by libvirt alone) is refused here, before QEMU starts. The accepted
-// window is kept in the domain's mark for the prepare that follows.
+// from the claim's host to this one, of the claim's instance (the domain
+// XML's deployment_time, engine.AcceptIncoming); anything else (a stale
+// copy migrated by libvirt alone, into an open window or not) is refused
+// here, before QEMU starts. The accepted window is kept in the domain's
+// mark for the prepare that follows.
 func (r *runner) migrate(ctx context.Context) error {
 	dom, err := r.domain()
 	if err != nil {
@@ -322,7 +329,8 @@ func (r *runner) migrate(ctx context.Context) error {
 	if dom.VMID >= 0 {
 		ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
 		defer cancel()
-		req := &hoststep.Request{Op: hoststep.OpIncoming, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks}
+		req := &hoststep.Request{Op: hoststep.OpIncoming, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks,
+			Instance: dom.Instance()}
 		if err := req.Validate(); err != nil {
 			return r.fail(outcome.Usage, err)
 		}
@@ -413,7 +421,8 @@ func (r *runner) record(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
 	defer cancel()
-	req := &hoststep.Request{Op: hoststep.OpRecord, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks, Incoming: incoming}
+	req := &hoststep.Request{Op: hoststep.OpRecord, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks, Incoming: incoming,
+		Instance: dom.Instance()}
 	resp := bounded(ctx, cfg, func(ctx context.Context) *hoststep.Response { return fencer.Do(ctx, cfg, req) })
 	r.countRun(cfg, metricRecord, resp, nil)
 	if !resp.OK {

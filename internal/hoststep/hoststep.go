@@ -115,6 +115,14 @@ type Request struct {
 	// (from its incoming-migration mark) for the start or record of that
 	// migration on the destination; absent otherwise.
 	Incoming *engine.Window `json:"incoming,omitempty"`
+	// Instance identifies the domain the step is about (engine.Who.Instance:
+	// its `<one:deployment_time>`): the front-end's start sends the
+	// deployment file's, the hook its domain XML's; absent when unknown. A
+	// version 2 or 3 host ignores it (the claim then records no identity
+	// until that host's own hook, upgraded, records one); a version 1 host
+	// rejects it, so the front-end's version 1 retry leaves it out. No
+	// version bump: nothing a peer must refuse depends on it.
+	Instance int64 `json:"instance,omitempty"`
 }
 
 // PeerVersion is the version the request was written in.

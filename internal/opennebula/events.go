@@ -2,6 +2,7 @@ package opennebula
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -46,6 +47,16 @@ func (c *Client) RecordEvent(ctx context.Context, ev events.Event) error {
 	if err := ev.Validate(); err != nil {
 		return fmt.Errorf("record event: %w", err)
 	}
+	err := c.recordEvent(ctx, ev)
+	if errors.Is(err, ErrNotFound) {
+		// oned does not know the VM (deleted from its database; ids are
+		// never reused): the event can never be recorded.
+		return fmt.Errorf("%w: %w", events.ErrGone, err)
+	}
+	return err
+}
+
+func (c *Client) recordEvent(ctx context.Context, ev events.Event) error {
 	for attempt := 0; ; attempt++ {
 		n, err := c.vmNode(ctx, ev.VM)
 		if err != nil {

@@ -137,9 +137,10 @@ func TestRecordEventErrors(t *testing.T) {
 		ev    events.Event
 		kind  error
 		code  int
+		gone  bool // never recordable: the spool sets it aside
 	}{
 		{name: "invalid event", ev: events.Event{ID: "", VM: 42, Time: t0}},
-		{name: "no such VM", ev: ev("x", 77, t0), kind: opennebula.ErrNotFound, code: opennebula.CodeNoExists},
+		{name: "no such VM", ev: ev("x", 77, t0), kind: opennebula.ErrNotFound, code: opennebula.CodeNoExists, gone: true},
 		{name: "update refused", setup: func(s *onedsim.Sim) { s.SetFailCalls("one.vm.update", 1) }, ev: ev("x", 42, t0), code: opennebula.CodeInternal},
 		{name: "update locked", setup: func(s *onedsim.Sim) {
 			s.SetFailCallsWith("one.vm.update", 1, onedsim.CodeLocked, "The resource virtual machine is locked. [42].")
@@ -159,6 +160,9 @@ func TestRecordEventErrors(t *testing.T) {
 			}
 			if tc.kind != nil && !errors.Is(err, tc.kind) {
 				t.Errorf("err = %v, want %v", err, tc.kind)
+			}
+			if got := errors.Is(err, events.ErrGone); got != tc.gone {
+				t.Errorf("errors.Is(err, ErrGone) = %v, want %v (err %v)", got, tc.gone, err)
 			}
 			var oe *opennebula.Error
 			if tc.code != 0 && (!errors.As(err, &oe) || oe.Code != tc.code) {

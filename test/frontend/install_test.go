@@ -189,6 +189,24 @@ func TestInstallFrontend(t *testing.T) {
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "fence-host: stdin is empty") {
 			t.Fatalf("installed fence_host.sh does not run rbdfence fence-host: %v %s", err, out)
 		}
+		// The event delivery: a timer runs events flush as oneadmin, which
+		// also collects the hosts' spools (hosts hold no oned credentials).
+		units := filepath.Join(p, "etc/systemd/system")
+		svc := readFile(t, filepath.Join(units, "rbdfence-events.service"))
+		for _, want := range []string{"Type=oneshot", "User=oneadmin", "ExecStart=/var/lib/one/remotes/rbdfence/rbdfence-host events flush\n"} {
+			if !strings.Contains(svc, want) {
+				t.Fatalf("rbdfence-events.service lacks %q:\n%s", want, svc)
+			}
+		}
+		timer := readFile(t, filepath.Join(units, "rbdfence-events.timer"))
+		for _, want := range []string{"OnUnitInactiveSec=1min", "WantedBy=timers.target"} {
+			if !strings.Contains(timer, want) {
+				t.Fatalf("rbdfence-events.timer lacks %q:\n%s", want, timer)
+			}
+		}
+		if !strings.Contains(r.stdout, "systemctl enable --now rbdfence-events.timer") || !strings.Contains(r.stdout, "hosts need no oned credentials") {
+			t.Fatalf("enabling the timer (under --prefix) is not offered:\n%s", r.stdout)
+		}
 		// The default config is valid.
 		cfg := config.Default()
 		if err := config.Parse([]byte(readFile(t, filepath.Join(p, "etc/one/rbdfence.yaml"))), cfg); err != nil {
@@ -263,6 +281,28 @@ func TestInstallFrontend(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("an admin's unit of the same name is kept and put back", func(t *testing.T) {
+		p := frontendTree(t, stock, ops...)
+		units := filepath.Join(p, "etc/systemd/system")
+		if err := os.MkdirAll(units, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		mine := "[Timer]\nOnCalendar=hourly\n"
+		if err := os.WriteFile(filepath.Join(units, "rbdfence-events.timer"), []byte(mine), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		before := tree(t, p)
+		mustInstall(t, p, "--apply")
+		if got := readFile(t, filepath.Join(units, "rbdfence-events.timer")); !strings.Contains(got, "OnUnitInactiveSec=1min") {
+			t.Fatalf("timer not installed: %q", got)
+		}
+		mustInstall(t, p, "--apply")
+		mustInstall(t, p, "--uninstall")
+		if after := tree(t, p); after != before {
+			t.Fatalf("uninstall did not restore the tree:\nbefore:\n%s\nafter:\n%s", before, after)
+		}
+	})
 
 	t.Run("oned.conf edited since: only our actions removed", func(t *testing.T) {
 		p := frontendTree(t, stock, ops...)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/rbdfence/rbdfence/internal/domxml"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hook"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
@@ -127,6 +129,115 @@ func TestHookRefusesMigrationWithoutHandover(t *testing.T) {
 	zombieWrites(t, src, 0xab)
 }
 
+// withDeployTime returns xml with OpenNebula's metadata carrying
+// deployment_time t, as every deployment file has it
+// (src/vmm/LibVirtDriverKVM.cc:2805-2838 of release-7.4.0) and a live
+// migration keeps it; t 0 removes the metadata.
+func withDeployTime(t *testing.T, xml string, dt int64) string {
+	t.Helper()
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(xml); err != nil {
+		t.Fatal(err)
+	}
+	dom.Metadata = nil
+	if dt != 0 {
+		dom.Metadata = &libvirtxml.DomainMetadata{XML: fmt.Sprintf(`<one:vm xmlns:one="http://opennebula.org/xmlns/libvirt/1.0">`+
+			`<one:name>stale-or-live</one:name><one:deployment_time>%d</one:deployment_time></one:vm>`, dt)}
+	}
+	out, err := dom.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := domxml.Parse([]byte(out)); err != nil || d.Instance() != dt {
+		t.Fatalf("the test's domain XML does not carry deployment_time %d: %v", dt, err)
+	}
+	return out
+}
+
+// TestHookRefusesStaleCopyInWindow (issue 11's residual of items 1 and 2):
+// VM id was recreated as deploy #2 on kvm-h3 from a deployment file
+// written at liveTime; a stale domain of deploy #0 (deployment_time
+// staleTime) still runs elsewhere. The front-end opens the live migration
+// of deploy #2 from kvm-h3 to this host, and meanwhile somebody migrates
+// the stale domain here with virsh: the hook cannot see where a migration
+// comes from, only the domain XML. `migrate begin` (and a `prepare` that
+// would follow) must refuse the stale copy, and a copy without the
+// metadata, naming both deployment times; the genuine migration (the same
+// deployment_time) is accepted and nothing is fenced.
+func TestHookRefusesStaleCopyInWindow(t *testing.T) {
+	const liveTime, staleTime = int64(1767225600), int64(1767139200)
+	e := newEnv(t, "")
+	id := vmID(14)
+	e.removeClaimAtCleanup(id)
+	image := e.ceph.NewImage(t, "hooktest-stalewindow")
+	src, _ := libvirttest.Create(t, e.xml(plainName("stalewindow-source"), e.disk(image, false)))
+	zombieWrites(t, src, 0xaa)
+	srcAddr := e.waitWatchers(image, 1)[0]
+	base := asVM(t, src, id)
+	name := oneName(id)
+	mark := filepath.Join(e.stateDir, hook.MarkDir, name)
+
+	// Deploy #2 on kvm-h3, its instance recorded as the front-end's start
+	// (deployment file) and the hook's started (domain XML) leave it.
+	who := engine.Who{VM: id, Seq: 2, Host: "kvm-h3", Source: engine.SourceFrontend, Run: "hooktest-fe", Pool: e.ceph.Pool}
+	if err := e.engine().WriteClaim(context.Background(), who, engine.Claim{VM: id, Seq: 2, Host: "kvm-h3", Source: engine.SourceFrontend,
+		State: engine.StateRunning, Instance: liveTime}); err != nil {
+		t.Fatal(err)
+	}
+	win := e.premigrate(id, 3, "kvm-h3", hostName)
+	if win.Instance != liveTime {
+		t.Fatalf("premigrate's window must hand over the claim's instance %d: %+v", liveTime, win)
+	}
+
+	for _, tc := range []struct {
+		what string
+		xml  string
+		want []string
+	}{
+		{"the stale copy of deploy #0", withDeployTime(t, base, staleTime),
+			[]string{fmt.Sprint(staleTime), fmt.Sprint(liveTime), "stale copy"}},
+		{"a copy without OpenNebula metadata", withDeployTime(t, base, 0),
+			[]string{"no <one:deployment_time>", fmt.Sprint(liveTime)}},
+	} {
+		r := e.callHook(tc.xml, name, "migrate", "begin", "-")
+		if r.code == 0 || !strings.Contains(r.stderr, "not accepting the incoming migration of "+name) {
+			t.Fatalf("migrate begin of %s into the open window must be refused: exit %d\n%s", tc.what, r.code, r.stderr)
+		}
+		for _, s := range tc.want {
+			if !strings.Contains(r.stderr, s) {
+				t.Errorf("the refusal of %s does not say %q:\n%s", tc.what, s, r.stderr)
+			}
+		}
+		if _, err := os.Stat(mark); err == nil {
+			t.Fatalf("the refused migration of %s left a mark", tc.what)
+		}
+		// Had libvirt gone on anyway: its prepare is a start on a host the
+		// deploy is not claimed for.
+		if r := e.callHook(tc.xml, name, "prepare", "begin", "-"); r.code == 0 {
+			t.Fatalf("prepare of %s must be refused:\n%s", tc.what, r.stderr)
+		}
+		if e.blocklisted(srcAddr) {
+			t.Fatalf("refusing %s fenced the running source", tc.what)
+		}
+	}
+
+	// The front-end's own migration of deploy #2: the same domain XML.
+	genuine := withDeployTime(t, base, liveTime)
+	for _, op := range []string{"migrate begin -", "prepare begin -", "started begin -"} {
+		if r := e.callHook(genuine, append([]string{name}, strings.Fields(op)...)...); r.code != 0 {
+			t.Fatalf("%s of the genuine migration: exit %d: %s", op, r.code, r.stderr)
+		}
+		if e.blocklisted(srcAddr) {
+			t.Fatalf("after %s: the running source was fenced", op)
+		}
+	}
+	cl := waitClaim(t, e, id, func(c *engine.Claim) bool { return c.Window != nil && len(c.Window.DstAddrs) > 0 })
+	if cl.Host != "kvm-h3" || cl.Seq != 2 || cl.Instance != liveTime || cl.Window.Instance != liveTime {
+		t.Fatalf("started must record this host's instance in the window of deploy #2's instance: %+v", cl)
+	}
+	zombieWrites(t, src, 0xab)
+}
+
 // TestHookStaleMarkFences (issue 11 item 3): an incoming migration is
 // accepted (its mark written), then aborted without a `release end`
 // (libvirtd died); failmigrate closes the window. The front-end then admits
@@ -208,6 +319,57 @@ func TestHostStepRefusesRunningDomain(t *testing.T) {
 	}
 	if e.blocklisted(addr) {
 		t.Fatal("the running VM was fenced")
+	}
+	zombieWrites(t, live, 0xab)
+}
+
+// TestPremigrateLearnsInstance: VM id runs on this host from a deployment
+// file written at deployTime. The hook's `started` records that identity
+// in the claim. A claim written by an older rbdfence has none: the
+// front-end's premigrate step, run on this host (the source), reads it
+// from libvirt (`virsh dumpxml`), so the window is bound to the running
+// instance anyway and a stale copy is refused at the destination.
+func TestPremigrateLearnsInstance(t *testing.T) {
+	const deployTime = int64(1767225600)
+	e := newEnv(t, "")
+	id := vmID(15)
+	e.removeClaimAtCleanup(id)
+	image := e.ceph.NewImage(t, "hooktest-learn")
+	e.frontendClaim(id, 3, hostName)
+	live, _ := libvirttest.Create(t, withDeployTime(t, e.xml(oneName(id), e.disk(image, false)), deployTime))
+	zombieWrites(t, live, 0xaa)
+	cl := waitClaim(t, e, id, func(c *engine.Claim) bool { return c.State == engine.StateRunning && len(c.Addrs) == 1 })
+	if cl.Instance != deployTime {
+		t.Fatalf("the hook's started must record the domain's deployment_time %d: %+v", deployTime, cl)
+	}
+	// As an older rbdfence leaves the claim: no identity.
+	old := *cl
+	old.Instance = 0
+	who := engine.Who{VM: id, Seq: 3, Host: hostName, Source: engine.SourceFrontend, Run: "hooktest-old", Pool: e.ceph.Pool}
+	if err := e.engine().WriteClaim(context.Background(), who, old); err != nil {
+		t.Fatal(err)
+	}
+
+	pool, img, _ := strings.Cut(image, "/")
+	req := hoststep.Request{Version: hoststep.Version, Op: hoststep.OpPremigrate, VM: id, Seq: 4, Host: hostName, Src: hostName, Dst: "kvm-dst",
+		Run: "hooktest-premigrate", Source: engine.SourceFrontend, Disks: []vmdisk.Disk{{ID: "0", Pool: pool, Name: img}}}
+	body, _ := json.Marshal(req)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.Bin(t, "rbdfence"), "host", "--config", e.cfgPath)
+	cmd.Env = append(os.Environ(), "LIBVIRT_DEFAULT_URI="+libvirttest.URI())
+	cmd.Stdin = bytes.NewReader(body)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("premigrate step: %v\n%s\n%s", err, out.String(), errb.String())
+	}
+	var resp hoststep.Response
+	if err := json.Unmarshal(out.Bytes(), &resp); err != nil || !resp.OK || resp.Claim == nil || resp.Claim.Window == nil {
+		t.Fatalf("premigrate step output: %v\n%s", err, out.String())
+	}
+	if resp.Claim.Window.Instance != deployTime || resp.Claim.Instance != deployTime {
+		t.Fatalf("premigrate must bind the window to the running domain's deployment_time %d: %+v", deployTime, resp.Claim)
 	}
 	zombieWrites(t, live, 0xab)
 }

@@ -77,6 +77,11 @@ func (r *root) wantFrontend(bin string) {
 	}
 	r.wantFile(remotes+"rbdfence/rbdfence-host", 0o755, readFile(r.t, filepath.Join(bin, "rbdfence")))
 	r.wantFile(remotes+"rbdfence/prestart", 0o755, readFile(r.t, filepath.Join(bin, "prestart")))
+	// The timer that delivers spooled events (here and the hosts').
+	r.wantFile("etc/systemd/system/rbdfence-events.timer", 0o644, nil)
+	if svc := string(r.read("etc/systemd/system/rbdfence-events.service")); !strings.Contains(svc, "ExecStart=/var/lib/one/remotes/rbdfence/rbdfence-host events flush") {
+		r.t.Fatalf("rbdfence-events.service:\n%s", svc)
+	}
 	// OpenNebula's /etc/one keeps its mode although the package has a file in it.
 	if st, err := os.Stat(r.path("etc/one")); err != nil || st.Mode().Perm() != 0o750 {
 		r.t.Fatalf("etc/one: %v %v, want OpenNebula's 0750 kept", st.Mode(), err)
@@ -90,7 +95,7 @@ func (r *root) wantFrontendUndone() {
 	r.wantOriginals("var/lib/one/")
 	r.wantOriginals("etc/one/")
 	gone := []string{remotes + "vmm/kvm/deploy-rbdfence", remotes + "vmm/kvm/restore-rbdfence", remotes + "vmm/kvm/migrate-rbdfence", remotes + "vmm/kvm/attach-rbdfence", remotes + "rbdfence",
-		"var/lib/rbdfence/install-frontend"}
+		"var/lib/rbdfence/install-frontend", "etc/systemd/system/rbdfence-events.service", "etc/systemd/system/rbdfence-events.timer"}
 	for _, op := range tmOps {
 		gone = append(gone, remotes+"tm/ceph/"+op+".rbdfence-orig")
 	}

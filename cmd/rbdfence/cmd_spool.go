@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+
+	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/events"
+	"github.com/rbdfence/rbdfence/internal/hostspool"
+	"github.com/rbdfence/rbdfence/internal/outcome"
+)
+
+// runSpool is the host side of the front-end's event collection
+// (internal/hostspool): "spool list" prints this host's pending events,
+// "spool ack" removes those whose ids are on stdin. One JSON answer on
+// stdout, always, also on failure.
+func runSpool(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	if len(args) == 0 || (args[0] != "list" && args[0] != "ack") {
+		return usagef("spool: want 'spool list' or 'spool ack' (the front-end's event collection runs them over ssh)")
+	}
+	op := args[0]
+	fs := flag.NewFlagSet("spool "+op, flag.ContinueOnError)
+	configPath := fs.String("config", "", "config file (default $RBDFENCE_CONFIG or "+config.DefaultPath+")")
+	fail := func(kind outcome.Kind, err error) error {
+		if op == "list" {
+			_ = json.NewEncoder(stdout).Encode(&hostspool.List{Version: hostspool.Version, Error: err.Error(), Events: []events.Event{}})
+		} else {
+			_ = json.NewEncoder(stdout).Encode(&hostspool.AckResult{Version: hostspool.Version, Error: err.Error()})
+		}
+		return outcome.Errorf(kind, "%w", err)
+	}
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return fail(outcome.Usage, err)
+	}
+	cfg, err := loadConfig(*configPath)
+	if err != nil {
+		return fail(outcome.Usage, err)
+	}
+	var ack *hostspool.Ack
+	if op == "ack" {
+		if ack, err = hostspool.ReadAck(stdin); err != nil {
+			return fail(outcome.Usage, err)
+		}
+	}
+	sp, err := events.OpenSpool(cfg.SpoolDir)
+	if err != nil {
+		return fail(outcome.Failure, hostspool.WithFix(err, cfg.SpoolDir))
+	}
+	// The spool's lock is held by a flush at most for timeouts.total.
+	ctx, cancel := bounded(ctx, cfg)
+	defer cancel()
+	if op == "list" {
+		l := hostspool.ListSpool(ctx, sp)
+		if err := json.NewEncoder(stdout).Encode(l); err != nil {
+			return err
+		}
+		if !l.OK {
+			return outcome.Errorf(outcome.Failure, "spool list: %s", l.Error)
+		}
+		return nil
+	}
+	r := hostspool.AckSpool(ctx, sp, ack)
+	if err := json.NewEncoder(stdout).Encode(r); err != nil {
+		return err
+	}
+	if !r.OK {
+		return outcome.Errorf(outcome.Failure, "spool ack: %s", r.Error)
+	}
+	return nil
+}
