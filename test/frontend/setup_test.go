@@ -277,11 +277,12 @@ func (f *fe) run(prog string, stdin string, args ...string) result {
 
 // waitDetached waits until no record that a host runs in the background
 // after a deploy or restore (rbdfence host --detached, started by the
-// session's script with this front-end's host config) is still running:
-// the shell forks it before the session ends, so it is seen if it runs.
+// session's script with a host config in this test's directory) is still
+// running: the shell forks it before the session ends, so it is seen if it
+// runs.
 func (f *fe) waitDetached() {
 	f.t.Helper()
-	mark := []byte(f.path("host.yaml"))
+	mark := []byte(f.dir + "/")
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		busy := false
