@@ -26,6 +26,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ROOT=${RBDFENCE_TEST_ROOT:-/tmp/rbdfence-test}
+RUNSTATE=/run/rbdfence-test
 WATCHED=(
 	/etc/libvirt /var/lib/libvirt/qemu /var/log/libvirt /run/libvirt
 	/etc/one /var/lib/one /var/tmp/one /var/log/one /var/lib/rbdfence
@@ -121,7 +122,9 @@ cmd_teardown() {
 			esac
 			if [ -d "$p" ] && [ ! -L "$p" ]; then rm -rf -- "$p"; else rm -f -- "$p"; fi
 		done
-	rm -rf -- "$ROOT"
+	# The test state: ROOT, and libvirt's test state dir (test/libvirt/env.sh
+	# keeps it after stopping libvirtd, for its log), both the tests' own.
+	rm -rf -- "$ROOT" "$RUNSTATE"
 }
 
 cmd_check() {

@@ -32,10 +32,11 @@ finish() {
 	exit "$rc"
 }
 
-if [ "${RBDFENCE_TEST_KEEP:-0}" != 1 ] && [ -e "$RBDFENCE_TEST_ROOT" ]; then
-	# A kept run (or a killed one) left daemons: stop them first, so that this
-	# run starts from a clean machine and can leave it clean.
-	echo "run.sh: stopping what an earlier run left in $RBDFENCE_TEST_ROOT"
+if [ "${RBDFENCE_TEST_KEEP:-0}" != 1 ] && { [ -e "$RBDFENCE_TEST_ROOT" ] || [ -e /run/rbdfence-test ]; }; then
+	# A kept run (or a killed one) left daemons or test state: stop and
+	# delete them first, so that this run starts from a clean machine and
+	# can leave it clean.
+	echo "run.sh: stopping what an earlier run left in $RBDFENCE_TEST_ROOT and /run/rbdfence-test"
 	bash test/machine.sh snapshot "$snap"
 	bash test/machine.sh teardown "$snap"
 fi
