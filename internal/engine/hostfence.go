@@ -133,7 +133,10 @@ func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 	wide := *e
 	wide.o.Concurrency = max(e.o.Concurrency, hostFenceConcurrency)
 
-	// 1. Read every claim (no lease: reading never blocks a start).
+	// 1. Read every claim (no lease: reading never blocks a start). A stale
+	// read cannot fence a live instance: what is fenced below is either on
+	// the failed host's IPs or recorded for the claim's instance on that
+	// host, and writeFenced leaves a claim that names another host by then.
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, wide.o.Concurrency)
 	for i, v := range hf.VMs {
