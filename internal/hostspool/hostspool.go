@@ -18,9 +18,7 @@
 package hostspool
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +26,7 @@ import (
 	"sort"
 
 	"github.com/rbdfence/rbdfence/internal/events"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
 )
 
 // Version is the protocol version this code speaks.
@@ -207,27 +206,7 @@ func checkPeer(peer string, v int) error {
 	return nil
 }
 
-func decode(r io.Reader, v any) error {
-	b, err := io.ReadAll(io.LimitReader(r, MaxSize+1))
-	if err != nil {
-		return err
-	}
-	if len(b) > MaxSize {
-		return fmt.Errorf("larger than %d bytes", MaxSize)
-	}
-	b = bytes.TrimSpace(b)
-	if len(b) == 0 {
-		return errors.New("empty")
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("not valid JSON: %v", oneLine(err))
-	}
-	if dec.More() {
-		return errors.New("trailing data after the JSON object")
-	}
-	return nil
-}
+func decode(r io.Reader, v any) error { return hoststep.DecodeJSON(r, MaxSize, v) }
 
 // oneLine keeps an error message (which may quote outside input) on one
 // short line.

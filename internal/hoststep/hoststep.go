@@ -29,6 +29,7 @@ import (
 
 	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/events"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
@@ -242,24 +243,31 @@ func clip(s string) string {
 	return s
 }
 
-func decode(r io.Reader, v any) error {
-	b, err := io.ReadAll(io.LimitReader(r, MaxSize+1))
+func decode(r io.Reader, v any) error { return DecodeJSON(r, MaxSize, v) }
+
+// DecodeJSON reads exactly one JSON object of at most max bytes from r into
+// v (surrounding white space allowed, nothing else): the one decoder of the
+// messages the front-end and the hosts exchange over ssh, the host steps
+// here and the spool collection (internal/hostspool). Its errors are one
+// line.
+func DecodeJSON(r io.Reader, max int, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r, int64(max)+1))
 	if err != nil {
 		return err
 	}
-	if len(b) > MaxSize {
-		return fmt.Errorf("larger than %d bytes", MaxSize)
+	if len(b) > max {
+		return fmt.Errorf("larger than %d bytes", max)
 	}
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 {
-		return fmt.Errorf("empty")
+		return errors.New("empty")
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("not valid JSON: %v", err)
+		return fmt.Errorf("not valid JSON: %s", events.OneLine(err.Error()))
 	}
 	if dec.More() {
-		return fmt.Errorf("trailing data after the JSON object")
+		return errors.New("trailing data after the JSON object")
 	}
 	return nil
 }
