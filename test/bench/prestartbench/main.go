@@ -111,7 +111,10 @@ func run(tb testenv.T, reps int, compare string) error {
 		}
 		return p
 	}
-	hostCfg := write("host.yaml", fmt.Sprintf("ceph:\n  mon_host: %s\n  user: %s\n  keyring: %s\nfence:\n  expire: 1h\naudit_log: %s/host-audit.log\n",
+	// Every path under dir: the netns hosts share this machine's files, and
+	// the defaults (/var/lib/one/rbdfence/spool, /var/lib/rbdfence) are the
+	// real install's.
+	hostCfg := write("host.yaml", fmt.Sprintf("ceph:\n  mon_host: %s\n  user: %s\n  keyring: %s\nfence:\n  expire: 1h\naudit_log: %[4]s/host-audit.log\nspool_dir: %[4]s/host-spool\nstate_dir: %[4]s/host-state\n",
 		c.Mon, c.User, c.Keyring, dir))
 	auth := write("one_auth", "oneadmin:bench\n")
 	cfg := write("rbdfence.yaml", fmt.Sprintf(`opennebula:
