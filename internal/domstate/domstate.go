@@ -44,27 +44,45 @@ func URI() string {
 // with no error; an error means libvirt could not be asked (no virsh, no
 // libvirtd, the timeout).
 func Query(ctx context.Context, domain string, timeout time.Duration) (State, error) {
+	out, stderr, err := virsh(ctx, timeout, "domstate", domain)
+	if errors.Is(err, errNoAnswer) {
+		return "", err
+	}
+	return Parse(out, stderr, err)
+}
+
+var errNoAnswer = errors.New("no answer")
+
+// virsh runs `virsh --readonly -c URI() VERB -- DOMAIN` within timeout. An
+// error wrapping errNoAnswer means it did not end in time; any other error
+// is the command's own (see Parse, notFound).
+func virsh(ctx context.Context, timeout time.Duration, verb, domain string) (stdout, stderr string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "virsh", "--readonly", "-c", URI(), "domstate", "--", domain)
+	cmd := exec.CommandContext(ctx, "virsh", "--readonly", "-c", URI(), verb, "--", domain)
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.WaitDelay = time.Second
-	err := cmd.Run()
+	err = cmd.Run()
 	if ctx.Err() != nil {
-		return "", fmt.Errorf("virsh domstate %s: no answer within %s", domain, timeout)
+		return "", "", fmt.Errorf("virsh %s %s: %w within %s", verb, domain, errNoAnswer, timeout)
 	}
-	return Parse(out.String(), errb.String(), err)
+	return out.String(), errb.String(), err
+}
+
+// notFound reports whether virsh failed because libvirt has no such
+// domain: virsh says "failed to get domain", libvirt's VIR_ERR_NO_DOMAIN
+// "Domain not found".
+func notFound(err error, stderr string) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && (strings.Contains(stderr, "failed to get domain") || strings.Contains(stderr, "Domain not found"))
 }
 
 // Parse turns virsh domstate's output and exit into a State.
 func Parse(stdout, stderr string, err error) (State, error) {
-	var ee *exec.ExitError
 	if err != nil {
-		// virsh reports an unknown domain as "failed to get domain" and
-		// libvirt's VIR_ERR_NO_DOMAIN text "Domain not found".
-		if errors.As(err, &ee) && (strings.Contains(stderr, "failed to get domain") || strings.Contains(stderr, "Domain not found")) {
+		if notFound(err, stderr) {
 			return "", nil
 		}
 		return "", fmt.Errorf("virsh domstate: %v: %s", err, strings.TrimSpace(stderr))
@@ -86,21 +104,17 @@ func Parse(stdout, stderr string, err error) (State, error) {
 // metadata; an error when libvirt could not be asked or the XML cannot be
 // read.
 func Instance(ctx context.Context, domain string, timeout time.Duration) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "virsh", "--readonly", "-c", URI(), "dumpxml", "--", domain)
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	cmd.WaitDelay = time.Second
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		return 0, fmt.Errorf("virsh dumpxml %s: no answer within %s", domain, timeout)
+	out, stderr, err := virsh(ctx, timeout, "dumpxml", domain)
+	switch {
+	case err == nil:
+	case notFound(err, stderr):
+		return 0, nil
+	case errors.Is(err, errNoAnswer):
+		return 0, err
+	default:
+		return 0, fmt.Errorf("virsh dumpxml: %v: %s", err, strings.TrimSpace(stderr))
 	}
-	if _, serr := Parse("x", errb.String(), err); serr != nil || err != nil {
-		return 0, serr // nil: no such domain
-	}
-	d, err := domxml.Parse(out.Bytes())
+	d, err := domxml.Parse([]byte(out))
 	if err != nil {
 		return 0, fmt.Errorf("virsh dumpxml %s: %v", domain, err)
 	}
