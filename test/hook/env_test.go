@@ -341,6 +341,17 @@ func zombieFenced(t *testing.T, dom string) {
 }
 
 // zombieWrites checks that dom still writes (it was not fenced).
+// startWriter creates the image hooktest-TAG and the test domain dom on
+// it, makes it write once and returns the domain and its Ceph client
+// address.
+func (e *env) startWriter(tag, dom string) (name, addr string) {
+	e.t.Helper()
+	image := e.ceph.NewImage(e.t, "hooktest-"+tag)
+	name, _ = libvirttest.Create(e.t, e.xml(dom, e.disk(image, false)))
+	zombieWrites(e.t, name, 0xaa)
+	return name, e.waitWatchers(image, 1)[0]
+}
+
 func zombieWrites(t *testing.T, dom string, p byte) {
 	t.Helper()
 	if out, err := libvirttest.WritePattern(t, dom, 0, p); err != nil {

@@ -198,10 +198,7 @@ func TestHookIncomingMigration(t *testing.T) {
 	e := newEnv(t, "")
 	id := vmID(4)
 	e.removeClaimAtCleanup(id)
-	image := e.ceph.NewImage(t, "hooktest-migrate")
-	src, _ := libvirttest.Create(t, e.xml(plainName("migration-source"), e.disk(image, false)))
-	zombieWrites(t, src, 0xaa)
-	srcAddr := e.waitWatchers(image, 1)[0]
+	src, srcAddr := e.startWriter("migrate", plainName("migration-source"))
 
 	// The real domain XML, as libvirt renders it, under the VM's name.
 	live, err := libvirttest.Virsh("dumpxml", src)

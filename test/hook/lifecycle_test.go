@@ -78,10 +78,7 @@ func TestHookRefusesMigrationWithoutHandover(t *testing.T) {
 	e := newEnv(t, "")
 	id := vmID(11)
 	e.removeClaimAtCleanup(id)
-	image := e.ceph.NewImage(t, "hooktest-nohandover")
-	src, _ := libvirttest.Create(t, e.xml(plainName("stale-source"), e.disk(image, false)))
-	zombieWrites(t, src, 0xaa)
-	srcAddr := e.waitWatchers(image, 1)[0]
+	src, srcAddr := e.startWriter("nohandover", plainName("stale-source"))
 	xml := asVM(t, src, id)
 	name := oneName(id)
 	mark := filepath.Join(e.stateDir, hook.MarkDir, name)
@@ -169,10 +166,7 @@ func TestHookRefusesStaleCopyInWindow(t *testing.T) {
 	e := newEnv(t, "")
 	id := vmID(14)
 	e.removeClaimAtCleanup(id)
-	image := e.ceph.NewImage(t, "hooktest-stalewindow")
-	src, _ := libvirttest.Create(t, e.xml(plainName("stalewindow-source"), e.disk(image, false)))
-	zombieWrites(t, src, 0xaa)
-	srcAddr := e.waitWatchers(image, 1)[0]
+	src, srcAddr := e.startWriter("stalewindow", plainName("stalewindow-source"))
 	base := asVM(t, src, id)
 	name := oneName(id)
 	mark := filepath.Join(e.stateDir, hook.MarkDir, name)
@@ -247,10 +241,7 @@ func TestHookStaleMarkFences(t *testing.T) {
 	e := newEnv(t, "")
 	id := vmID(12)
 	e.removeClaimAtCleanup(id)
-	image := e.ceph.NewImage(t, "hooktest-stalemark")
-	zombie, _ := libvirttest.Create(t, e.xml(plainName("stalemark-zombie"), e.disk(image, false)))
-	zombieWrites(t, zombie, 0xaa)
-	zaddr := e.waitWatchers(image, 1)[0]
+	zombie, zaddr := e.startWriter("stalemark", plainName("stalemark-zombie"))
 	xml := asVM(t, zombie, id)
 	name := oneName(id)
 
