@@ -75,3 +75,12 @@ func (a *Addr) UnmarshalText(b []byte) error {
 	*a = p
 	return nil
 }
+
+func appendUnique(as []Addr, a Addr) []Addr {
+	for _, x := range as {
+		if x == a {
+			return as
+		}
+	}
+	return append(as, a)
+}

@@ -11,35 +11,9 @@ import "context"
 // refuses as Start does when the claim says another deploy or host runs
 // the VM.
 func (e *Engine) Attach(ctx context.Context, w Who, imgs []Image) (*ClaimResult, error) {
-	res := &ClaimResult{}
-	_, err := e.txn(ctx, w, func(prev *Claim, fresh stillOurs) (*Claim, error) {
-		res.Previous = prev
-		if prev != nil {
-			res.Claim = *prev
-		}
-		if err := admit(w, prev, e.now()); err != nil {
-			return nil, err
-		}
-		extra, err := e.recordedFor(ctx, nil, imgs)
-		if err != nil {
-			return nil, err
-		}
-		if err := fresh(); err != nil {
-			return nil, err
-		}
-		res.Report = e.Fence(ctx, imgs, Scope{}, extra)
-		return nil, res.Report.Err() // nothing to write
-	})
-	return res, err
-}
-
-// CheckAttach is Attach's admission alone, without the lease and without a
-// fence (a hot-attach with disks in several clusters checks every claim
-// first).
-func (e *Engine) CheckAttach(ctx context.Context, w Who, imgs []Image) (*ClaimResult, error) {
-	prev, err := e.ReadClaim(ctx, w.Pool, w.VM)
-	if err != nil {
-		return nil, err
+	res, err := e.apply(ctx, w, imgs, Event{Op: OpAttach}, nil)
+	if res.Previous != nil {
+		res.Claim = *res.Previous
 	}
-	return &ClaimResult{Previous: prev}, admit(w, prev, e.now())
+	return res, err
 }

@@ -40,6 +40,9 @@ type Engine struct {
 	c   Cluster
 	o   Options
 	now func() time.Time
+	// transition, when set, replaces Transition (the model-based test
+	// breaks a rule with it to show that the model finds the violation).
+	transition func(prev *Claim, ev Event) Ready
 }
 
 // New returns an engine over c.

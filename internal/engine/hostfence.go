@@ -313,10 +313,10 @@ func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 func (e *Engine) writeFenced(ctx context.Context, hf HostFence, v HostVM, r *Report) (*Claim, string, error) {
 	w := Who{VM: v.VM, Seq: v.Seq, Host: hf.Host, Source: SourceHostFence, Run: hf.Run, Pool: hf.Pool}
 	elsewhere := ""
-	c, err := e.txn(ctx, w, func(prev *Claim, _ stillOurs) (*Claim, error) {
+	c, err := e.txn(ctx, w, func(prev *Claim, _ stillOurs) (*Claim, bool, error) {
 		if prev != nil && !onFailedHost(prev, hf) {
 			elsewhere = prev.Host
-			return nil, nil
+			return nil, false, nil
 		}
 		next := &Claim{Seq: v.Seq, Host: hf.Host, Source: SourceHostFence}
 		if prev != nil {
@@ -344,7 +344,7 @@ func (e *Engine) writeFenced(ctx context.Context, hf HostFence, v HostVM, r *Rep
 			}
 		}
 		sortAddrs(next.Addrs)
-		return next, nil
+		return next, false, nil
 	})
 	var held *ClaimHeldError
 	if errors.As(err, &held) {

@@ -72,13 +72,12 @@ func (e *Engine) MoveClaim(ctx context.Context, w Who, legacy []string) (string,
 	// Under the new location's lease: write the claim there unless a
 	// concurrent run did meanwhile.
 	moved := ""
-	_, err = e.txn(ctx, w, func(prev *Claim, fresh stillOurs) (*Claim, error) {
-		if prev != nil {
-			return nil, nil
+	_, err = e.txn(ctx, w, func(prev *Claim, fresh stillOurs) (*Claim, bool, error) {
+		rd := e.decide(prev, Event{Op: OpAdopt, Who: w, Now: e.now(), Claim: &best.c})
+		if rd.Next != nil {
+			moved = best.pool
 		}
-		moved = best.pool
-		c := best.c
-		return &c, nil
+		return rd.Next, false, rd.Refusal
 	})
 	if err != nil {
 		return "", fmt.Errorf("VM %d: moving its claim from pool %s to %s: %w", w.VM, best.pool, w.Pool, err)

@@ -40,12 +40,28 @@ func (i Image) exclusive() bool { return !i.Shareable && !i.ReadOnly }
 // recorded without their image.
 const LegacyImage = "?"
 
-// recordImages sets next's per-image addresses from r (an inspection of imgs
-// on the instance's host, in scope): for every image the VM writes
-// exclusively, its watchers in scope. Entries of images not in imgs (a
-// detached disk, or disks reached through another Ceph access) are kept from
-// prev. Addrs becomes the union of all entries.
-func recordImages(next, prev *Claim, r *Report, scope Scope) {
+// Record stores the client addresses of the instance that now runs on w.Host,
+// marking the claim running: per image, the watchers in scope of each image
+// the VM writes exclusively (never a shareable or read-only image's, which
+// may be other VMs' clients), in the claim and with the image itself.
+// For the destination of the incoming migration the claim's window is for
+// (w.Incoming, see handover) it records them in the window instead: the
+// source stays the claim's instance until postmigrate or failmigrate.
+func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (*ClaimResult, error) {
+	return e.apply(ctx, w, imgs, Event{Op: OpRecord}, func(ctx context.Context, ev *Event) (*Report, error) {
+		r := e.inspect(ctx, imgs, scope, false)
+		r.count()
+		ev.Seen = onHostSeen(r, scope)
+		return r, r.Err()
+	})
+}
+
+// recordImages sets next's per-image addresses from seen (what Ceph shows
+// on the step's images, on the instance's host): for every image the VM
+// writes exclusively, its watchers there. Entries of images not seen (a
+// detached disk, or disks reached through another Ceph access) are kept
+// from prev. Addrs becomes the union of all entries.
+func recordImages(next, prev *Claim, seen []Seen) {
 	next.Images = map[string][]Addr{}
 	if prev != nil {
 		for k, v := range prev.Images {
@@ -56,9 +72,9 @@ func recordImages(next, prev *Claim, r *Report, scope Scope) {
 			// Those visible now are re-recorded below (or were another VM's
 			// clients of a shared image); the others are kept, image unknown.
 			visible := map[Addr]bool{}
-			for _, im := range r.Images {
-				for _, c := range im.Clients {
-					visible[c.addr] = true
+			for _, s := range seen {
+				for _, a := range s.Clients {
+					visible[a] = true
 				}
 			}
 			for _, a := range prev.Addrs {
@@ -68,23 +84,18 @@ func recordImages(next, prev *Claim, r *Report, scope Scope) {
 			}
 		}
 	}
-	for _, im := range r.Images {
-		if !im.img.exclusive() {
-			delete(next.Images, im.Image)
+	for _, s := range seen {
+		if !s.Exclusive {
+			delete(next.Images, s.Image)
 			continue
 		}
-		var as []Addr
-		for _, c := range im.Clients {
-			if c.Watcher && c.addr.Exact() && scope.covers(c) && !slices.Contains(as, c.addr) {
-				as = append(as, c.addr)
-			}
-		}
+		as := slices.Clone(s.Watchers)
 		sortAddrs(as)
 		if len(as) == 0 {
-			delete(next.Images, im.Image)
+			delete(next.Images, s.Image)
 			continue
 		}
-		next.Images[im.Image] = as
+		next.Images[s.Image] = as
 	}
 	next.Addrs = nil
 	for _, as := range next.Images {
@@ -156,12 +167,12 @@ func (e *Engine) ReadImageRecord(ctx context.Context, img Image) (*ImageRecord, 
 	return &rec, nil
 }
 
-// recordedFor returns the addresses a start of the VM on imgs must fence even
-// when they are not visible: those its claim recorded for the previous
-// instance (and for a migration's copy, previousAddrs), and the last recorded writers of the images it writes
-// exclusively (which may be another VM's: the image moved).
-func (e *Engine) recordedFor(ctx context.Context, prev *Claim, imgs []Image) ([]Addr, error) {
-	out := previousAddrs(prev)
+// recordedWriters returns the last recorded writers of the images the VM
+// writes exclusively (their image records): a start or an attach fences
+// them even when they are not visible (they may be another VM's: the image
+// moved).
+func (e *Engine) recordedWriters(ctx context.Context, imgs []Image) ([]Addr, error) {
+	var out []Addr
 	// One read per image, at most Concurrency at once (a start's latency).
 	recs := make([]*ImageRecord, len(imgs))
 	errs := make([]error, len(imgs))

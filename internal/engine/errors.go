@@ -1,0 +1,77 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+)
+
+// ClaimHeldError: another run holds the VM's claim lease right now.
+type ClaimHeldError struct {
+	VM     int
+	Holder string
+}
+
+func (e *ClaimHeldError) Error() string {
+	return fmt.Sprintf("VM %d is being started or migrated by another run (%s); not starting a second copy: retry when it has finished", e.VM, e.Holder)
+}
+
+// NewerDeployError: the claim records a newer deploy than ours.
+type NewerDeployError struct {
+	VM       int
+	Ours     int
+	Recorded Claim
+}
+
+func (e *NewerDeployError) Error() string {
+	return fmt.Sprintf("VM %d: deploy #%d is older than deploy #%d claimed by host %s at %s; refusing to fence a newer instance",
+		e.VM, e.Ours, e.Recorded.Seq, e.Recorded.Host, e.Recorded.Updated.Format(time.RFC3339))
+}
+
+// ClaimedElsewhereError: the same deploy is claimed by another host, or the
+// front-end assigned the VM to another host.
+type ClaimedElsewhereError struct {
+	VM       int
+	Host     string
+	Recorded Claim
+}
+
+func (e *ClaimedElsewhereError) Error() string {
+	return fmt.Sprintf("VM %d: deploy #%d was claimed by host %s (%s) at %s, not by %s; refusing a second copy",
+		e.VM, e.Recorded.Seq, e.Recorded.Host, e.Recorded.Source, e.Recorded.Updated.Format(time.RFC3339), e.Host)
+}
+
+// NoHandoverError: an incoming live migration (or the start or record that
+// follows it) that the claim does not show as the handover the front-end
+// opened for the VM's current deploy, from its host to this one.
+type NoHandoverError struct {
+	VM       int
+	Host     string
+	Why      string
+	Recorded *Claim
+}
+
+func (e *NoHandoverError) Error() string {
+	cl := "no claim"
+	if c := e.Recorded; c != nil {
+		cl = fmt.Sprintf("the claim holds deploy #%d on host %s (%s, %s)", c.Seq, c.Host, c.Source, c.Updated.Format(time.RFC3339))
+	}
+	return fmt.Sprintf("VM %d: no live migration to %s was opened by the front-end for the current deploy: %s; %s. "+
+		"Migrate the VM with onevm migrate --live, not with virsh", e.VM, e.Host, e.Why, cl)
+}
+
+// AlreadyRunningError: the VM's domain already runs on the host the start is
+// for (a resume of a VM in UNKNOWN that in fact runs, a recover --retry of a
+// deploy that did start). The start would fail ("domain already exists");
+// fencing first would make the running VM I/O-dead, so nothing is fenced.
+type AlreadyRunningError struct {
+	VM     int
+	Host   string
+	Domain string
+	State  string
+}
+
+func (e *AlreadyRunningError) Error() string {
+	return fmt.Sprintf("VM %d: domain %s is already %s on host %s; not fencing it and not starting a second copy. "+
+		"If oned shows the VM in UNKNOWN or failed, it is running: use 'onevm recover --success' instead of a new start",
+		e.VM, e.Domain, e.State, e.Host)
+}

@@ -1,0 +1,506 @@
+package engine
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+)
+
+// This file is the claim's state machine: every change of a VM's claim is
+// one call of Transition, a pure function of the claim as read and the
+// event, that returns the claim to write, what to fence first and the
+// refusal. It does no I/O: the engine (apply.go) takes the lease, reads
+// the claim, looks at Ceph where the event needs it, carries out what
+// Transition returns (fence, compare-and-swap write) and retries from the
+// read when the claim changed. The model-based test explores this same
+// function through the engine.
+
+// Op is what a step asks of the VM's claim.
+type Op int
+
+// Ops.
+const (
+	// OpStart: a start of the VM (the front-end's prestart, the hook's
+	// `prepare begin`): admit it and fence the previous instance, or
+	// refuse. The incoming migration of an open window is a handover.
+	OpStart Op = iota + 1
+	// OpRecord: the clients of the instance that now runs (the hook's
+	// `started begin`, the front-end's record after a deploy or attach).
+	OpRecord
+	// OpAttach: disks are hot-attached to the running VM: fence every
+	// foreign client of them. The claim does not change.
+	OpAttach
+	// OpOpenWindow: premigrate: open the live-migration handover.
+	OpOpenWindow
+	// OpCloseWindow: postmigrate or failmigrate: close it, fence the loser.
+	OpCloseWindow
+	// OpIncoming: the hook's `migrate begin` on the destination: accept
+	// the incoming migration of the open window, or refuse it. Changes
+	// nothing.
+	OpIncoming
+	// OpReset: the operator empties the claim (claim reset, claim gc).
+	OpReset
+	// OpAdopt: a claim found where an older version kept it becomes the
+	// VM's claim, unless the VM has one already (MoveClaim).
+	OpAdopt
+	// OpReplace: write Event.Claim as it is (admin and tests).
+	OpReplace
+)
+
+var opNames = [...]string{OpStart: "start", OpRecord: "record", OpAttach: "attach", OpOpenWindow: "open-window",
+	OpCloseWindow: "close-window", OpIncoming: "incoming", OpReset: "reset", OpAdopt: "adopt", OpReplace: "replace"}
+
+func (o Op) String() string {
+	if o > 0 && int(o) < len(opNames) {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", int(o))
+}
+
+// Event is one change asked of a VM's claim, with what the step knows.
+type Event struct {
+	Op  Op
+	Who Who
+	// Now is the step's clock (windows expire against it).
+	Now time.Time
+	// Seen is what Ceph shows on the step's images, in the step's scope
+	// (OpRecord; OpCloseWindow with Migrated: the destination's clients).
+	Seen []Seen
+	// Src, Dst and TTL: the migration (OpOpenWindow, OpCloseWindow).
+	Src, Dst string
+	TTL      time.Duration
+	// Outcome: how the migration ended (OpCloseWindow).
+	Outcome MigrationOutcome
+	// Here are the addresses of the host the step runs on (OpCloseWindow).
+	Here []netip.Addr
+	// Claim is the claim to write (OpAdopt, OpReplace).
+	Claim *Claim
+}
+
+// Seen is what Ceph showed on one of the step's images.
+type Seen struct {
+	Image string
+	// Exclusive: the VM writes the image alone (not shareable, not
+	// read-only): only such an image's clients are the VM's own.
+	Exclusive bool
+	// Watchers are the exact addresses of the image's watchers in the
+	// step's scope (on the step's host): the instance's clients.
+	Watchers []Addr
+	// Clients are the addresses of every client of the image, in scope or
+	// not (a claim of an older version is told apart by them).
+	Clients []Addr
+}
+
+// Ready is what Transition decided: either a refusal, or what to fence and
+// the claim to write once the fence completed.
+type Ready struct {
+	// Refusal, when set, is the claim's refusal: nothing is fenced and
+	// nothing written.
+	Refusal error
+	// Fence is what to fence before the claim is written (nil: nothing).
+	Fence *Fence
+	// Handover: the start is the incoming migration of the open window:
+	// its images' clients are reported, none fenced.
+	Handover bool
+	// Next is the claim to write (nil: leave the claim as it is).
+	Next *Claim
+	// Clear empties the claim (OpReset).
+	Clear bool
+	// ImageRecords: after Next is written, store its per-image addresses
+	// with the images (ImageRecordObject).
+	ImageRecords bool
+	// Window is the accepted handover (OpIncoming).
+	Window *Window
+}
+
+// Fence is what a change fences before its claim is written.
+type Fence struct {
+	// Scope says which visible clients of the step's images are fenced.
+	Scope Scope
+	// Recorded are addresses fenced even when they are not visible (an
+	// earlier instance cut off from Ceph).
+	Recorded []Addr
+	// Writers: the last recorded writers of the images the VM writes
+	// exclusively (their image records) are fenced too.
+	Writers bool
+}
+
+// Transition decides one change of a VM's claim: prev is the claim as read
+// (nil when there is none), ev the change asked. It is pure: the same
+// arguments always give the same Ready, and nothing outside is touched.
+func Transition(prev *Claim, ev Event) Ready {
+	var rd Ready
+	switch ev.Op {
+	case OpStart:
+		rd = start(prev, ev)
+	case OpRecord:
+		rd = record(prev, ev)
+	case OpAttach:
+		rd = attach(prev, ev)
+	case OpOpenWindow:
+		rd = openWindow(prev, ev)
+	case OpCloseWindow:
+		rd = closeWindow(prev, ev)
+	case OpIncoming:
+		rd = incoming(prev, ev)
+	case OpReset:
+		rd = Ready{Clear: prev != nil}
+	case OpAdopt:
+		if prev == nil && ev.Claim != nil {
+			c := *ev.Claim
+			c.VM, c.Run, c.Updated = ev.Who.VM, ev.Who.Run, ev.Now.UTC()
+			rd = Ready{Next: &c}
+		}
+		return rd
+	case OpReplace:
+		c := *ev.Claim
+		c.VM, c.Run, c.Updated = ev.Who.VM, ev.Who.Run, ev.Now.UTC()
+		return Ready{Next: &c}
+	default:
+		return Ready{Refusal: fmt.Errorf("VM %d: unknown claim change %v", ev.Who.VM, ev.Op)}
+	}
+	if rd.Next != nil {
+		rd.Next.VM, rd.Next.Run, rd.Next.Updated = ev.Who.VM, ev.Who.Run, ev.Now.UTC()
+		ev.Who.mark(rd.Next)
+	}
+	return rd
+}
+
+// start: the incoming migration of the open window is a handover (the
+// source stays the claim's instance until postmigrate or failmigrate says
+// which copy won); anything else, a stale incoming-migration mark included,
+// is admitted or refused by the claim, and fences every foreign client plus
+// the addresses recorded for the previous instance.
+func start(prev *Claim, ev Event) Ready {
+	w := ev.Who
+	if handover(w, prev, ev.Now) == nil {
+		next := *prev
+		next.State = StateMigrating
+		return Ready{Handover: true, Next: &next}
+	}
+	if err := admit(w, prev, ev.Now); err != nil {
+		return Ready{Refusal: err}
+	}
+	seq := w.Seq
+	if seq < 0 && sameHost(prev, w) {
+		seq = prev.Seq // the hook continues the deploy the front-end claimed
+	}
+	next := &Claim{Seq: seq, Host: w.Host, Source: w.Source, State: StateStarting}
+	continueDeploy(next, prev, w)
+	next.Instance = instanceOf(next, prev, w)
+	return Ready{Fence: &Fence{Recorded: previousAddrs(prev), Writers: true}, Next: next}
+}
+
+// record stores the clients of the instance that now runs on w.Host,
+// marking the claim running: per image, the watchers in scope of each image
+// the VM writes exclusively. For the destination of the incoming migration
+// the claim's window is for, it records them in the window instead: the
+// source stays the claim's instance until postmigrate or failmigrate.
+func record(prev *Claim, ev Event) Ready {
+	w := ev.Who
+	if handover(w, prev, ev.Now) == nil {
+		next := *prev
+		win := *prev.Window
+		var dst Claim
+		recordImages(&dst, nil, ev.Seen)
+		win.DstAddrs = dst.Addrs
+		next.Window = &win
+		return Ready{Next: &next}
+	}
+	if err := admit(w, prev, ev.Now); err != nil {
+		return Ready{Refusal: err}
+	}
+	next := &Claim{Seq: w.Seq, Host: w.Host, Source: w.Source, State: StateRunning}
+	recordImages(next, prev, ev.Seen)
+	if prev != nil {
+		if next.Seq < 0 {
+			next.Seq = prev.Seq
+		}
+		if sameHost(prev, w) {
+			next.HostAddrs = slices.Clone(prev.HostAddrs)
+		}
+		continueDeploy(next, prev, w)
+	}
+	next.Instance = instanceOf(next, prev, w)
+	return Ready{Next: next, ImageRecords: true}
+}
+
+// attach: the disks being hot-attached are not open by the VM yet, so every
+// client of them is foreign (shareable and read-only images: reported,
+// never fenced), and so are their images' recorded last writers. The claim
+// does not change: the record after the attach adds the VM's new clients.
+// It refuses as a start does when the claim says another deploy or host
+// runs the VM.
+func attach(prev *Claim, ev Event) Ready {
+	if err := admit(ev.Who, prev, ev.Now); err != nil {
+		return Ready{Refusal: err}
+	}
+	return Ready{Fence: &Fence{Writers: true}}
+}
+
+// openWindow opens the live-migration handover of deploy w.Seq (the
+// destination's HISTORY SEQ) from Src to Dst for TTL. It fences nothing,
+// and the claim keeps the deploy that runs on Src: the destination's deploy
+// is only the claim's when postmigrate says so. A migration of an older
+// deploy than the claim's is refused. The window hands over the claim's
+// instance (Window.Instance); a claim that does not know its instance's
+// identity takes w.Instance, the source domain's as the step, running on
+// the claim's host, read it from libvirt.
+func openWindow(prev *Claim, ev Event) Ready {
+	w, src := ev.Who, ev.Src
+	if prev != nil && w.Seq >= 0 && (prev.Seq > w.Seq || (prev.Window != nil && prev.Window.Seq > w.Seq)) {
+		return Ready{Refusal: &NewerDeployError{VM: w.VM, Ours: w.Seq, Recorded: *prev}}
+	}
+	var next *Claim
+	if prev != nil {
+		c := *prev
+		next = &c
+	} else {
+		// No claim yet (the VM started before rbdfence): the source runs
+		// the deploy before the migration's, whose HISTORY record oned
+		// added before running the migrate driver.
+		from := -1
+		if w.Seq > 0 {
+			from = w.Seq - 1
+		}
+		next = &Claim{Seq: from, Host: src, Source: w.Source}
+	}
+	// The window hands over the claim's instance: the incoming migration
+	// must carry its identity (handover). A claim that does not know it
+	// learns it from the source's domain when the step runs on the claim's
+	// host (w.Instance, read from libvirt there).
+	if next.Instance == 0 && (prev == nil || sameHost(prev, w)) {
+		next.Instance = w.Instance
+	}
+	next.State = StateMigrating
+	if prev != nil && isHost(src, nil, w) && sameHost(prev, w) {
+		src = prev.Host // the claim's name for the source (the step runs there)
+	}
+	now := ev.Now.UTC()
+	next.Window = &Window{Src: src, Dst: ev.Dst, Seq: w.Seq, From: next.Seq, Instance: next.Instance, Opened: now, Expires: now.Add(ev.TTL)}
+	return Ready{Next: next}
+}
+
+// closeWindow closes the handover window and fences the loser of a
+// migration. It runs on one of the two hosts, ev.Here being that host's
+// own addresses: Migrated (on dst) fences every lock owner that is not on
+// dst and records dst's clients (ev.Seen) as the running instance; Failed
+// (on dst) fences every client on dst (a copy that "failed" but runs) and
+// keeps src as the claim's host; FailedFromSource (on src, when dst cannot
+// be reached) fences every client that is not on src and keeps src.
+func closeWindow(prev *Claim, ev Event) Ready {
+	w, src, dst := ev.Who, ev.Src, ev.Dst
+	if prev != nil && w.Seq >= 0 && prev.Seq > w.Seq {
+		// A late postmigrate or failmigrate of an older deploy: the
+		// claim's instance is newer and must not be fenced.
+		return Ready{Refusal: &NewerDeployError{VM: w.VM, Ours: w.Seq, Recorded: *prev}}
+	}
+	scope := Scope{HostIPs: ev.Here}
+	next := &Claim{Seq: w.Seq, Source: w.Source, State: StateRunning}
+	if prev != nil && (next.Seq < 0 || prev.Seq > next.Seq) {
+		next.Seq = prev.Seq
+	}
+	if ev.Outcome == Migrated && prev != nil && prev.Window != nil && prev.Window.Seq > next.Seq {
+		next.Seq = prev.Window.Seq // the destination's deploy is now the claim's
+	}
+	switch ev.Outcome {
+	case Migrated:
+		scope.Kind, scope.LockersOnly = ScopeOffHost, true
+		next.Host = dst
+	case FailedFromSource:
+		scope.Kind = ScopeOffHost
+		next.Host = src
+	default:
+		scope.Kind = ScopeOnHost
+		next.Host = src
+	}
+	if prev != nil {
+		// A live migration keeps the domain XML, so the instance's
+		// identity, whichever copy won.
+		next.Instance = prev.Instance
+		if ev.Outcome == Migrated && prev.Window != nil && prev.Window.Instance != 0 {
+			next.Instance = prev.Window.Instance
+		}
+	}
+	if ev.Outcome != Migrated && prev != nil {
+		next.Addrs, next.Images = prev.Addrs, prev.Images
+		if strings.EqualFold(prev.Host, src) {
+			next.HostAddrs = prev.HostAddrs
+		}
+	}
+	rd := Ready{Fence: &Fence{Scope: scope}, Next: next}
+	if ev.Outcome == Migrated {
+		var kept *Claim
+		if prev != nil {
+			// another access's disks of this VM keep their entries
+			kept = &Claim{Images: prev.Images}
+		}
+		recordImages(next, kept, ev.Seen)
+		if prev != nil && prev.Window != nil {
+			// The destination's addresses the hook recorded at started
+			// and that are not visible now (its host cut off) stay
+			// recorded, image unknown.
+			for _, a := range prev.Window.DstAddrs {
+				if !slices.Contains(next.Addrs, a) {
+					if next.Images == nil {
+						next.Images = map[string][]Addr{}
+					}
+					next.Images[LegacyImage] = appendUnique(next.Images[LegacyImage], a)
+					next.Addrs = appendUnique(next.Addrs, a)
+				}
+			}
+			sortAddrs(next.Addrs)
+		}
+		rd.ImageRecords = true
+	}
+	return rd
+}
+
+// incoming accepts the incoming migration of the window the claim holds:
+// one the front-end opened for the VM's current deploy, from the claim's
+// host to w's host, of the instance w.Instance identifies (see
+// wrongInstance). It changes nothing.
+func incoming(prev *Claim, ev Event) Ready {
+	w := ev.Who
+	if prev != nil && prev.Window != nil {
+		w.Incoming = prev.Window
+	} else {
+		w.Incoming = &Window{}
+	}
+	if err := handover(w, prev, ev.Now); err != nil {
+		return Ready{Refusal: err}
+	}
+	if !isHost(prev.Window.Src, prev.HostAddrs, Who{Host: prev.Host}) {
+		return Ready{Refusal: &NoHandoverError{VM: w.VM, Host: w.Host, Recorded: prev,
+			Why: fmt.Sprintf("the window is from %s, the claim's instance runs on %s", prev.Window.Src, prev.Host)}}
+	}
+	win := *prev.Window
+	return Ready{Window: &win}
+}
+
+// admit decides whether w may start the VM given the recorded claim. A
+// migration window admits nothing here: only handover (the hook's start of
+// the very migration the window is for) skips these checks.
+func admit(w Who, prev *Claim, now time.Time) error {
+	if prev == nil {
+		return nil
+	}
+	switch {
+	case w.Seq >= 0 && prev.Seq > w.Seq:
+		return &NewerDeployError{VM: w.VM, Ours: w.Seq, Recorded: *prev}
+	case w.Seq >= 0 && prev.Seq == w.Seq && !sameHost(prev, w):
+		return &ClaimedElsewhereError{VM: w.VM, Host: w.Host, Recorded: *prev}
+	case w.Seq < 0 && prev.Seq >= 0 && prev.Source == SourceFrontend && !sameHost(prev, w):
+		// The front-end assigned this deploy to another host: a start here is stale.
+		return &ClaimedElsewhereError{VM: w.VM, Host: w.Host, Recorded: *prev}
+	}
+	return nil
+}
+
+// continueDeploy keeps, when the hook continues the deploy the front-end
+// claimed for this host, OpenNebula's name for the host, the front-end's
+// authority over the deploy, and the host addresses recorded so far.
+func continueDeploy(next, prev *Claim, w Who) {
+	if prev != nil && prev.Source == SourceFrontend && w.Source == SourceHook && sameHost(prev, w) {
+		next.Host = prev.Host
+		next.Source = SourceFrontend
+		next.HostAddrs = slices.Clone(prev.HostAddrs)
+	}
+}
+
+// previousAddrs are the recorded addresses a new start fences besides the
+// visible clients: the previous instance's, and those of a copy started by
+// a migration whose outcome the claim never learnt.
+func previousAddrs(prev *Claim) []Addr {
+	if prev == nil {
+		return nil
+	}
+	out := slices.Clone(prev.Addrs)
+	if prev.Window != nil {
+		for _, a := range prev.Window.DstAddrs {
+			out = appendUnique(out, a)
+		}
+	}
+	return out
+}
+
+// handover returns nil when w is the incoming migration of the window the
+// claim holds: w carries that window (from the hook's mark), the claim
+// still holds the same one, it is open, and w runs on its destination.
+func handover(w Who, prev *Claim, now time.Time) error {
+	why := ""
+	switch {
+	case w.Incoming == nil:
+		why = "this start is not an incoming migration"
+	case prev == nil:
+		why = "the VM has no claim"
+	case prev.Window == nil:
+		why = "no migration window is open"
+	case !now.Before(prev.Window.Expires):
+		why = "the migration window expired at " + prev.Window.Expires.UTC().Format(time.RFC3339)
+	case !isHost(prev.Window.Dst, nil, w):
+		why = fmt.Sprintf("the open window is for a migration %s -> %s", prev.Window.Src, prev.Window.Dst)
+	case !prev.Window.Same(w.Incoming):
+		why = fmt.Sprintf("the open window (%s -> %s, deploy #%d, opened %s) is not the one this migration was accepted in (opened %s)",
+			prev.Window.Src, prev.Window.Dst, prev.Window.Seq, prev.Window.Opened.UTC().Format(time.RFC3339), w.Incoming.Opened.UTC().Format(time.RFC3339))
+	case prev.Window.From != prev.Seq:
+		why = fmt.Sprintf("the window was opened for deploy #%d, the claim holds deploy #%d", prev.Window.From, prev.Seq)
+	default:
+		why = wrongInstance(prev.Window.Instance, w.Instance)
+		if why == "" {
+			return nil
+		}
+	}
+	return &NoHandoverError{VM: w.VM, Host: w.Host, Why: why, Recorded: prev}
+}
+
+// wrongInstance returns why an incoming migration whose domain carries
+// identity got (its `<one:deployment_time>`, 0 when absent) is not the
+// instance a window handing over identity want hands over, or "" when it
+// may be. The destination's hook cannot see where a migration comes from
+// (libvirt gives it the domain XML only); the identity is what tells the
+// copy the front-end migrates (whose XML is the claim's instance's) from a
+// stale copy of an older deploy that somebody migrates with virsh into the
+// open window.
+//
+//   - want known, got the same: the claim's instance (or a copy made from
+//     the same deployment file, see the README's residuals).
+//   - want known, got another value: a copy of another deploy: refused.
+//   - want known, got 0: refused. Every deployment file of OpenNebula 5.x
+//     to 7.x carries the metadata, and the instance the window hands over
+//     had it; a domain without it is not that instance.
+//   - want 0 (the claim never learnt its instance's identity: the
+//     instance started before this version, or its hook record failed
+//     open, and premigrate could not read it from libvirt on the source
+//     either): nothing to compare, the window, host and deploy checks
+//     alone decide, as before. The next start of the VM records it.
+func wrongInstance(want, got int64) string {
+	switch {
+	case want == 0 || got == want:
+		return ""
+	case got == 0:
+		return fmt.Sprintf("the incoming domain carries no <one:deployment_time>, the window hands over the instance deployed at %s (deployment_time %d): "+
+			"it is not that instance; destroy the stray copy on its host", deployTime(want), want)
+	}
+	return fmt.Sprintf("the incoming domain was deployed at %s (deployment_time %d), the window hands over the instance deployed at %s (deployment_time %d): "+
+		"it is a stale copy of another deploy; destroy it on its host (virsh destroy)", deployTime(got), got, deployTime(want), want)
+}
+
+func deployTime(t int64) string { return time.Unix(t, 0).UTC().Format(time.RFC3339) }
+
+// instanceOf is the identity to record for the instance of next, which w
+// admits or records after prev: w's when w knows it, else prev's when next
+// continues prev's deploy on the same host (the front-end's record after
+// the hook's, a restore whose front-end step has no deployment file), else
+// unknown.
+func instanceOf(next, prev *Claim, w Who) int64 {
+	switch {
+	case w.Instance != 0:
+		return w.Instance
+	case prev != nil && prev.Seq == next.Seq && sameHost(prev, w):
+		return prev.Instance
+	}
+	return 0
+}
