@@ -42,7 +42,7 @@ func (e *Engine) apply(ctx context.Context, w Who, imgs []Image, ev Event, look 
 	written, err := e.txn(ctx, w, func(prev *Claim, fresh stillOurs) (*Claim, bool, error) {
 		res.Previous, res.Report, res.Handover = prev, nil, false
 		ev := ev
-		ev.Who, ev.Now = w, e.now()
+		ev.Who, ev.Now, ev.Allow = w, e.now(), e.o.Allow
 		if look != nil {
 			r, err := look(ctx, &ev)
 			res.Report = r

@@ -51,10 +51,17 @@ type Claim struct {
 	// started before rbdfence recorded it, the hook's record failed
 	// open, or its XML has no OpenNebula metadata. Older rbdfence
 	// versions ignore the field (and drop it when they rewrite the claim).
-	Instance int64     `json:"instance,omitempty"`
-	Window   *Window   `json:"window,omitempty"`
-	Run      string    `json:"run"`
-	Updated  time.Time `json:"updated"`
+	Instance int64 `json:"instance,omitempty"`
+	// Earlier are client addresses recorded for earlier instances or
+	// copies of the VM that no step has fenced: the source of a migration
+	// (its QEMU may outlive it, cut off from Ceph), a window's destination
+	// copy, an address a record no longer sees. The next start fences them
+	// with the instance's (Transition's carry rule: a rewrite keeps every
+	// address it does not fence).
+	Earlier []Addr    `json:"earlier,omitempty"`
+	Window  *Window   `json:"window,omitempty"`
+	Run     string    `json:"run"`
+	Updated time.Time `json:"updated"`
 }
 
 // Window is an open live-migration handover of the claim's deploy from Src
@@ -82,6 +89,36 @@ type Window struct {
 	// the migration, recorded by the hook at `started`: until postmigrate
 	// says which copy won, a start elsewhere fences both.
 	DstAddrs []Addr `json:"dst_addrs,omitempty"`
+}
+
+// Recorded returns every client address c records: the instance's (per
+// image and in Addrs), earlier instances' not fenced yet (Earlier), and an
+// open window's destination copy. A start of a newer instance fences them
+// all.
+func (c *Claim) Recorded() []Addr {
+	if c == nil {
+		return nil
+	}
+	var out []Addr
+	add := func(as []Addr) {
+		for _, a := range as {
+			out = appendUnique(out, a)
+		}
+	}
+	add(c.Addrs)
+	keys := make([]string, 0, len(c.Images))
+	for k := range c.Images {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		add(c.Images[k])
+	}
+	add(c.Earlier)
+	if c.Window != nil {
+		add(c.Window.DstAddrs)
+	}
+	return out
 }
 
 // Same reports whether w and o are the same handover (one premigrate).

@@ -60,8 +60,10 @@ func (e *Engine) Record(ctx context.Context, w Who, imgs []Image, scope Scope) (
 // on the step's images, on the instance's host): for every image the VM
 // writes exclusively, its watchers there. Entries of images not seen (a
 // detached disk, or disks reached through another Ceph access) are kept
-// from prev. Addrs becomes the union of all entries.
-func recordImages(next, prev *Claim, seen []Seen) {
+// from prev. Addrs becomes the union of all entries. It returns the
+// addresses of an older version's claim that it shows are not the VM's:
+// clients of an image the VM does not write exclusively.
+func recordImages(next, prev *Claim, seen []Seen) (disowned []Addr) {
 	next.Images = map[string][]Addr{}
 	if prev != nil {
 		for k, v := range prev.Images {
@@ -71,15 +73,19 @@ func recordImages(next, prev *Claim, seen []Seen) {
 			// A claim of an older version: its addresses are not per image.
 			// Those visible now are re-recorded below (or were another VM's
 			// clients of a shared image); the others are kept, image unknown.
-			visible := map[Addr]bool{}
+			visible, shared := map[Addr]bool{}, map[Addr]bool{}
 			for _, s := range seen {
 				for _, a := range s.Clients {
 					visible[a] = true
+					shared[a] = shared[a] || !s.Exclusive
 				}
 			}
 			for _, a := range prev.Addrs {
-				if !visible[a] {
+				switch {
+				case !visible[a]:
 					next.Images[LegacyImage] = appendUnique(next.Images[LegacyImage], a)
+				case shared[a]:
+					disowned = append(disowned, a)
 				}
 			}
 		}
@@ -107,6 +113,7 @@ func recordImages(next, prev *Claim, seen []Seen) {
 	if len(next.Images) == 0 {
 		next.Images = nil
 	}
+	return disowned
 }
 
 func sortAddrs(as []Addr) {

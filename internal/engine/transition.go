@@ -77,6 +77,9 @@ type Event struct {
 	Here []netip.Addr
 	// Claim is the claim to write (OpAdopt, OpReplace).
 	Claim *Claim
+	// Allow are the addresses the engine never fences (fence.allow): a
+	// recorded address among them is carried, not fenced.
+	Allow []netip.Prefix
 }
 
 // Seen is what Ceph showed on one of the step's images.
@@ -113,6 +116,11 @@ type Ready struct {
 	ImageRecords bool
 	// Window is the accepted handover (OpIncoming).
 	Window *Window
+
+	// disowned are recorded addresses the change showed are not the VM's
+	// (a claim of an older version recorded other VMs' clients of shared
+	// images): the carry rule drops them.
+	disowned []Addr
 }
 
 // Fence is what a change fences before its claim is written.
@@ -162,10 +170,60 @@ func Transition(prev *Claim, ev Event) Ready {
 		return Ready{Refusal: fmt.Errorf("VM %d: unknown claim change %v", ev.Who.VM, ev.Op)}
 	}
 	if rd.Next != nil {
+		carry(prev, &rd, ev.Allow)
 		rd.Next.VM, rd.Next.Run, rd.Next.Updated = ev.Who.VM, ev.Who.Run, ev.Now.UTC()
 		ev.Who.mark(rd.Next)
 	}
 	return rd
+}
+
+// carry is the one rule every rewrite of a claim keeps: an address prev
+// records that the change neither records in next nor fences goes into
+// next.Earlier, so that the next start still fences it. Nothing is
+// forgotten because a step did not know about it (a record of some disks,
+// a window that replaced another, a postmigrate that did not see the
+// source's client); only a fence, or proof that an address is not the
+// VM's, removes one.
+func carry(prev *Claim, rd *Ready, allow []netip.Prefix) {
+	if prev == nil {
+		return
+	}
+	next := rd.Next
+	keep := map[Addr]bool{}
+	for _, a := range next.Recorded() {
+		keep[a] = true
+	}
+	if rd.Fence != nil {
+		for _, a := range rd.Fence.Recorded {
+			if fenceable(a, allow) {
+				keep[a] = true
+			}
+		}
+	}
+	for _, a := range rd.disowned {
+		keep[a] = true
+	}
+	for _, a := range prev.Recorded() {
+		if !keep[a] {
+			next.Earlier = append(next.Earlier, a)
+			keep[a] = true
+		}
+	}
+	sortAddrs(next.Earlier)
+}
+
+// fenceable reports whether a fence of the recorded address a happens: an
+// exact address outside fence.allow.
+func fenceable(a Addr, allow []netip.Prefix) bool {
+	if !a.Exact() {
+		return false
+	}
+	for _, p := range allow {
+		if p.Contains(a.IP) || p.Contains(a.IP.Unmap()) {
+			return false
+		}
+	}
+	return true
 }
 
 // start: the incoming migration of the open window is a handover (the
@@ -190,7 +248,7 @@ func start(prev *Claim, ev Event) Ready {
 	next := &Claim{Seq: seq, Host: w.Host, Source: w.Source, State: StateStarting}
 	continueDeploy(next, prev, w)
 	next.Instance = instanceOf(next, prev, w)
-	return Ready{Fence: &Fence{Recorded: previousAddrs(prev), Writers: true}, Next: next}
+	return Ready{Fence: &Fence{Recorded: prev.Recorded(), Writers: true}, Next: next}
 }
 
 // record stores the clients of the instance that now runs on w.Host,
@@ -212,19 +270,61 @@ func record(prev *Claim, ev Event) Ready {
 	if err := admit(w, prev, ev.Now); err != nil {
 		return Ready{Refusal: err}
 	}
+	if s := settle(prev, w.Seq, w); s != nil {
+		// The front-end records the window's deploy on its destination
+		// (after an attach there): the migration ended there.
+		prev = s
+	}
 	next := &Claim{Seq: w.Seq, Host: w.Host, Source: w.Source, State: StateRunning}
-	recordImages(next, prev, ev.Seen)
+	disowned := recordImages(next, prev, ev.Seen)
 	if prev != nil {
 		if next.Seq < 0 {
 			next.Seq = prev.Seq
 		}
 		if sameHost(prev, w) {
 			next.HostAddrs = slices.Clone(prev.HostAddrs)
+			if next.Seq == prev.Seq && prev.Window != nil {
+				// A record of the claim's own deploy (the front-end's
+				// background record landing after premigrate) keeps the
+				// open handover.
+				win := *prev.Window
+				next.Window, next.State = &win, prev.State
+			}
 		}
 		continueDeploy(next, prev, w)
 	}
 	next.Instance = instanceOf(next, prev, w)
-	return Ready{Next: next, ImageRecords: true}
+	return Ready{Next: next, ImageRecords: true, disowned: disowned}
+}
+
+// settle returns prev as the close of its window on the destination would
+// have left it, when a step of deploy seq on host on (oned's knowledge)
+// shows that the window's migration ended there: the window's
+// destination, for its deploy or a newer one, while the claim still holds
+// the source's. That happens when postmigrate never completed (oned died
+// after libvirt moved the VM; the admin ran `onevm recover --success`).
+// Nothing is fenced: the source's addresses stay recorded (carry). nil
+// when prev holds no such window.
+func settle(prev *Claim, seq int, on Who) *Claim {
+	if prev == nil || prev.Window == nil || seq < 0 || seq < prev.Window.Seq || prev.Window.From != prev.Seq || !isHost(prev.Window.Dst, nil, on) {
+		return nil
+	}
+	win := prev.Window
+	s := &Claim{Seq: win.Seq, Host: win.Dst, Source: prev.Source, State: StateRunning, Instance: prev.Instance, Earlier: slices.Clone(prev.Earlier)}
+	if win.Instance != 0 {
+		s.Instance = win.Instance
+	}
+	if len(win.DstAddrs) > 0 {
+		s.Images = map[string][]Addr{LegacyImage: slices.Clone(win.DstAddrs)}
+		s.Addrs = slices.Clone(win.DstAddrs)
+	}
+	for _, a := range prev.Recorded() {
+		if !slices.Contains(s.Addrs, a) && !slices.Contains(s.Earlier, a) {
+			s.Earlier = append(s.Earlier, a)
+		}
+	}
+	sortAddrs(s.Earlier)
+	return s
 }
 
 // attach: the disks being hot-attached are not open by the VM yet, so every
@@ -253,9 +353,15 @@ func openWindow(prev *Claim, ev Event) Ready {
 	if prev != nil && w.Seq >= 0 && (prev.Seq > w.Seq || (prev.Window != nil && prev.Window.Seq > w.Seq)) {
 		return Ready{Refusal: &NewerDeployError{VM: w.VM, Ours: w.Seq, Recorded: *prev}}
 	}
+	if s := settle(prev, w.Seq-1, Who{Host: src, HostIPs: hostIPsIf(isHost(src, nil, w), w)}); s != nil && prev.Window.Seq < w.Seq {
+		// oned migrates the VM from the previous window's destination: that
+		// migration ended there and its close step never came.
+		prev = s
+	}
 	var next *Claim
 	if prev != nil {
 		c := *prev
+		c.Earlier = slices.Clone(prev.Earlier)
 		next = &c
 	} else {
 		// No claim yet (the VM started before rbdfence): the source runs
@@ -324,13 +430,18 @@ func closeWindow(prev *Claim, ev Event) Ready {
 			next.Instance = prev.Window.Instance
 		}
 	}
+	rd := Ready{Fence: &Fence{Scope: scope}, Next: next}
 	if ev.Outcome != Migrated && prev != nil {
-		next.Addrs, next.Images = prev.Addrs, prev.Images
+		next.Addrs, next.Images, next.Earlier = prev.Addrs, prev.Images, slices.Clone(prev.Earlier)
 		if strings.EqualFold(prev.Host, src) {
 			next.HostAddrs = prev.HostAddrs
 		}
+		if prev.Window != nil {
+			// The destination's copy loses: fenced even where it is not
+			// visible (its client cut off from Ceph).
+			rd.Fence.Recorded = slices.Clone(prev.Window.DstAddrs)
+		}
 	}
-	rd := Ready{Fence: &Fence{Scope: scope}, Next: next}
 	if ev.Outcome == Migrated {
 		var kept *Claim
 		if prev != nil {
@@ -395,6 +506,30 @@ func admit(w Who, prev *Claim, now time.Time) error {
 	case w.Seq < 0 && prev.Seq >= 0 && prev.Source == SourceFrontend && !sameHost(prev, w):
 		// The front-end assigned this deploy to another host: a start here is stale.
 		return &ClaimedElsewhereError{VM: w.VM, Host: w.Host, Recorded: *prev}
+	case w.Seq < 0 && live(prev) && !sameHost(prev, w):
+		// The hook does not know the deploy: while the claim says the VM
+		// runs (or is starting) on another host, whoever wrote it, a start
+		// here may be a stale copy. A reschedule goes through the front-end
+		// (which knows the deploy) or follows fence-host (StateFenced).
+		return &ClaimedElsewhereError{VM: w.VM, Host: w.Host, Recorded: *prev}
+	}
+	return nil
+}
+
+// live reports whether the claim says an instance runs or is starting.
+func live(c *Claim) bool {
+	switch c.State {
+	case StateStarting, StateRunning, StateMigrating:
+		return true
+	}
+	return false
+}
+
+// hostIPsIf is w's addresses when cond (the step runs on the host in
+// question), none otherwise.
+func hostIPsIf(cond bool, w Who) []netip.Addr {
+	if cond {
+		return w.HostIPs
 	}
 	return nil
 }
@@ -408,22 +543,6 @@ func continueDeploy(next, prev *Claim, w Who) {
 		next.Source = SourceFrontend
 		next.HostAddrs = slices.Clone(prev.HostAddrs)
 	}
-}
-
-// previousAddrs are the recorded addresses a new start fences besides the
-// visible clients: the previous instance's, and those of a copy started by
-// a migration whose outcome the claim never learnt.
-func previousAddrs(prev *Claim) []Addr {
-	if prev == nil {
-		return nil
-	}
-	out := slices.Clone(prev.Addrs)
-	if prev.Window != nil {
-		for _, a := range prev.Window.DstAddrs {
-			out = appendUnique(out, a)
-		}
-	}
-	return out
 }
 
 // handover returns nil when w is the incoming migration of the window the

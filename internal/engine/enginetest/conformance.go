@@ -20,6 +20,9 @@ type Harness struct {
 	// Zombie starts a foreign client on img (locking it when lock is true) and
 	// returns its address once it is visible.
 	Zombie func(t *testing.T, img engine.Image, lock bool) engine.Addr
+	// CutOff, when set, makes the client at a invisible, as when its host
+	// loses Ceph (a real cluster cannot do that on demand: nil there).
+	CutOff func(t *testing.T, a engine.Addr)
 }
 
 // Run runs the conformance suite against h.
@@ -114,6 +117,7 @@ func Run(t *testing.T, h Harness) {
 	})
 	t.Run("Lifecycle", func(t *testing.T) { lifecycle(t, h) })
 	t.Run("LifecycleMigration", func(t *testing.T) { lifecycleMigration(t, h) })
+	t.Run("LifecycleKnowledge", func(t *testing.T) { lifecycleKnowledge(t, h) })
 	t.Run("CompareAndSwap", func(t *testing.T) {
 		oid := fmt.Sprintf("rbdfence.conformance.%d", time.Now().UnixNano())
 		if _, _, err := c.ReadObject(ctx, h.Pool, oid); !errors.Is(err, engine.ErrObjectNotFound) {

@@ -22,5 +22,6 @@ func TestFakeConformance(t *testing.T) {
 		Zombie: func(t *testing.T, img engine.Image, lock bool) engine.Addr {
 			return f.Open(img, "10.0.0.9", lock)
 		},
+		CutOff: func(t *testing.T, a engine.Addr) { f.Hide(a) },
 	})
 }

@@ -1,0 +1,246 @@
+package enginetest
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/engine"
+)
+
+// recordedAddrs is every address a claim records: the instance's, earlier
+// instances' not fenced yet, and an open window's destination copy.
+func recordedAddrs(c *engine.Claim) []engine.Addr {
+	if c == nil {
+		return nil
+	}
+	var out []engine.Addr
+	add := func(as []engine.Addr) {
+		for _, a := range as {
+			if !containsAddr(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	add(c.Addrs)
+	for _, as := range c.Images {
+		add(as)
+	}
+	add(c.Earlier)
+	if c.Window != nil {
+		add(c.Window.DstAddrs)
+	}
+	return out
+}
+
+// lifecycleKnowledge are the rules of issue 18 that the claim keeps
+// (fence only on positive knowledge; no rewrite forgets what it did not
+// fence), each written as the scenario that broke it.
+func lifecycleKnowledge(t *testing.T, h Harness) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := engine.New(h.Cluster, engine.Options{Expire: time.Hour})
+	ip := func(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s)} }
+	newVM := func() int { return int(lifecycleVM.Add(1)) }
+	who := func(vm int, host string, seq int, source string, ips []netip.Addr) engine.Who {
+		return engine.Who{VM: vm, Seq: seq, Host: host, Source: source, Run: host + "-" + source, Pool: h.Pool, HostIPs: ips}
+	}
+	fenced := func(r *engine.Report, a engine.Addr) bool {
+		if r == nil {
+			return false
+		}
+		for _, im := range r.Images {
+			for _, c := range im.Clients {
+				if c.Address == a.String() && c.Fenced() {
+					return true
+				}
+			}
+		}
+		for _, c := range r.Recorded {
+			if c.Address == a.String() && c.Fenced() {
+				return true
+			}
+		}
+		return false
+	}
+	srcIPs, dstIPs := ip("192.0.2.1"), ip("192.0.2.2")
+
+	// migrated runs deploy #5 on src, recorded, and its live migration to
+	// dst (deploy #6) up to the destination's `started`: the handover is
+	// recorded in the window, and no postmigrate comes (oned died after
+	// libvirt moved the VM; the admin ran `onevm recover --success`: oned
+	// says deploy #6 runs on dst).
+	migrated := func(t *testing.T, vm int, img engine.Image) (srcC, dstC engine.Addr) {
+		t.Helper()
+		if _, err := e.Start(ctx, who(vm, "src", 5, engine.SourceFrontend, srcIPs), []engine.Image{img}, false); err != nil {
+			t.Fatal(err)
+		}
+		srcC = h.Zombie(t, img, true)
+		if _, err := e.Record(ctx, who(vm, "src", -1, engine.SourceHook, srcIPs), []engine.Image{img}, engine.Scope{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.OpenWindow(ctx, who(vm, "src", 6, engine.SourceFrontend, srcIPs), "src", "dst", 10*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		hk := who(vm, "dst", -1, engine.SourceHook, dstIPs)
+		win, err := e.AcceptIncoming(ctx, hk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hk.Incoming = win
+		if _, err := e.Start(ctx, hk, []engine.Image{img}, false); err != nil {
+			t.Fatal(err)
+		}
+		dstC = h.Zombie(t, img, false)
+		if _, err := e.Record(ctx, hk, []engine.Image{img}, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{dstC.IP}}); err != nil {
+			t.Fatal(err)
+		}
+		return srcC, dstC
+	}
+
+	// Item 7: after a missed postmigrate and recover --success, a disk is
+	// hot-attached on dst (deploy #6): the attach's record covers the
+	// attached disk only. It must keep the destination instance's root-disk
+	// client (recorded in the window only), or a later recreate elsewhere
+	// cannot fence it once dst is cut off from Ceph.
+	t.Run("AttachRecordKeepsUnfencedAddresses", func(t *testing.T) {
+		vm, root, data := newVM(), h.NewImage(t), h.NewImage(t)
+		srcC, dstC := migrated(t, vm, root)
+		fe := who(vm, "dst", 6, engine.SourceFrontend, dstIPs)
+		if _, err := e.Attach(ctx, fe, []engine.Image{data}); err != nil {
+			t.Fatalf("attach on dst after recover --success: %v", err)
+		}
+		dataC := h.Zombie(t, data, false) // the VM's client of the attached disk
+		rec, err := e.Record(ctx, fe, []engine.Image{data}, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{dataC.IP}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := recordedAddrs(&rec.Claim)
+		for _, a := range []engine.Addr{srcC, dstC, dataC} {
+			if !containsAddr(got, a) {
+				t.Fatalf("the attach's record dropped %s, which nothing fenced: claim %+v", a, rec.Claim)
+			}
+		}
+		if h.CutOff != nil {
+			h.CutOff(t, dstC) // dst loses Ceph: its client is invisible
+		}
+		res, err := e.Start(ctx, who(vm, "third", 7, engine.SourceFrontend, ip("192.0.2.9")), []engine.Image{root, data}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []engine.Addr{srcC, dstC, dataC} {
+			if !fenced(res.Report, a) {
+				t.Fatalf("the recreate on a third host must fence %s: %+v", a, res.Report)
+			}
+		}
+	})
+
+	// Item 7: the front-end's background record after the deploy lands
+	// after premigrate opened the window: a record of the claim's own
+	// deploy keeps the open window (or the destination's hook refuses the
+	// migration the front-end is driving).
+	t.Run("RecordKeepsOpenWindow", func(t *testing.T) {
+		vm, img := newVM(), h.NewImage(t)
+		if _, err := e.Start(ctx, who(vm, "src", 5, engine.SourceFrontend, srcIPs), []engine.Image{img}, false); err != nil {
+			t.Fatal(err)
+		}
+		srcC := h.Zombie(t, img, true)
+		if _, err := e.Record(ctx, who(vm, "src", -1, engine.SourceHook, srcIPs), []engine.Image{img}, engine.Scope{}); err != nil {
+			t.Fatal(err)
+		}
+		opened, err := e.OpenWindow(ctx, who(vm, "src", 6, engine.SourceFrontend, srcIPs), "src", "dst", 10*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := e.Record(ctx, who(vm, "src", 5, engine.SourceFrontend, srcIPs), []engine.Image{img}, engine.Scope{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !opened.Claim.Window.Same(rec.Claim.Window) || !containsAddr(rec.Claim.Addrs, srcC) {
+			t.Fatalf("the late record of deploy #5 dropped the open window %+v: %+v", opened.Claim.Window, rec.Claim)
+		}
+		if _, err := e.AcceptIncoming(ctx, who(vm, "dst", -1, engine.SourceHook, dstIPs)); err != nil {
+			t.Fatalf("the migration the front-end opened is refused on dst after the record: %v", err)
+		}
+	})
+
+	// Item 8: the next live migration after a missed postmigrate and
+	// recover --success (the VM runs deploy #6 on dst; the claim still
+	// holds deploy #5 on src and the window): oned migrates it dst -> h3
+	// (deploy #7). It must be admitted, and afterwards the claim knows
+	// where the VM runs: a recreate elsewhere fences that instance.
+	t.Run("NextMigrationAfterMissedClose", func(t *testing.T) {
+		vm, img := newVM(), h.NewImage(t)
+		srcC, dstC := migrated(t, vm, img)
+		if _, err := e.OpenWindow(ctx, who(vm, "dst", 7, engine.SourceFrontend, dstIPs), "dst", "h3", 10*time.Minute); err != nil {
+			t.Fatalf("premigrate dst -> h3: %v", err)
+		}
+		hk := who(vm, "h3", -1, engine.SourceHook, ip("192.0.2.3"))
+		win, err := e.AcceptIncoming(ctx, hk)
+		if err != nil {
+			t.Fatalf("migrate begin on h3 of the migration the front-end opened from dst: %v", err)
+		}
+		hk.Incoming = win
+		res, err := e.Start(ctx, hk, []engine.Image{img}, false)
+		if err != nil || !res.Handover {
+			t.Fatalf("prepare on h3 must be the handover: %v %+v", err, res)
+		}
+		if fenced(res.Report, dstC) || fenced(res.Report, srcC) {
+			t.Fatal("the handover fenced something")
+		}
+		cl, err := e.ReadClaim(ctx, h.Pool, vm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cl.Host != "dst" || cl.Seq != 6 || !containsAddr(cl.Addrs, dstC) || !containsAddr(recordedAddrs(cl), srcC) {
+			t.Fatalf("the claim must say deploy #6 runs on dst (its client %s) and keep src's %s: %+v", dstC, srcC, cl)
+		}
+		// That migration fails; the VM stays on dst (failmigrate on h3).
+		if _, err := e.CloseWindow(ctx, who(vm, "h3", 7, engine.SourceFrontend, ip("192.0.2.3")), []engine.Image{img}, "dst", "h3", ip("192.0.2.3"), engine.Failed); err != nil {
+			t.Fatal(err)
+		}
+		if h.CutOff != nil {
+			h.CutOff(t, dstC)
+		}
+		res, err = e.Start(ctx, who(vm, "h4", 9, engine.SourceFrontend, ip("192.0.2.4")), []engine.Image{img}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fenced(res.Report, dstC) || !fenced(res.Report, srcC) {
+			t.Fatalf("a recreate on h4 must fence the instance on dst %s and src's %s: %+v", dstC, srcC, res.Report)
+		}
+	})
+
+	// Item 5: the claim was written by the hook alone (the VM started while
+	// only the hooks were installed, or after claim reset): a `virsh
+	// create` of a stale one-<ID> on h2 must be refused while the claim
+	// says the VM runs on h1, whoever wrote it; the instance on h1 is not
+	// fenced. After fence-host marked the claim fenced, a start elsewhere
+	// (the reschedule) is admitted.
+	t.Run("HookAloneRefusesStaleStartElsewhere", func(t *testing.T) {
+		vm, img := newVM(), h.NewImage(t)
+		h1, h2 := ip("192.0.2.11"), ip("192.0.2.12")
+		if _, err := e.Start(ctx, who(vm, "h1", -1, engine.SourceHook, h1), []engine.Image{img}, false); err != nil {
+			t.Fatal(err)
+		}
+		inst := h.Zombie(t, img, true)
+		if _, err := e.Record(ctx, who(vm, "h1", -1, engine.SourceHook, h1), []engine.Image{img}, engine.Scope{}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := e.Start(ctx, who(vm, "h2", -1, engine.SourceHook, h2), []engine.Image{img}, false)
+		var el *engine.ClaimedElsewhereError
+		if !errors.As(err, &el) {
+			t.Fatalf("a stale start on h2 while the hook's claim says h1 runs the VM must be refused: %v %+v", err, res)
+		}
+		if res != nil && fenced(res.Report, inst) {
+			t.Fatal("the refused start fenced the running instance")
+		}
+		// The same host's own restart is admitted (libvirt starts it, so
+		// the domain does not run there).
+		if _, err := e.Start(ctx, who(vm, "h1", -1, engine.SourceHook, h1), []engine.Image{img}, false); err != nil {
+			t.Fatalf("a start on the claim's own host: %v", err)
+		}
+	})
+}
