@@ -21,6 +21,10 @@ import (
 // off", ...); "" when the domain does not exist.
 type State string
 
+// PMSuspended is the state of a domain whose guest suspended itself to RAM
+// (its QEMU runs; OpenNebula's restore wakes it with dompmwakeup).
+const PMSuspended State = "pmsuspended"
+
 // Active reports whether a QEMU process of the domain may exist: every
 // state but "shut off", "crashed" and no domain at all.
 func (s State) Active() bool {

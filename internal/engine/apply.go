@@ -23,6 +23,9 @@ type ClaimResult struct {
 	Report   *Report `json:"report"`
 	// Handover is true when an open migration window for this host meant nothing was fenced.
 	Handover bool `json:"handover,omitempty"`
+	// Wake is true when the start is the restore of a guest asleep on its
+	// host (pmsuspended): it is woken up, nothing is fenced.
+	Wake bool `json:"wake,omitempty"`
 }
 
 // observe looks at Ceph before the change is decided, under the lease, and
@@ -56,6 +59,10 @@ func (e *Engine) apply(ctx context.Context, w Who, imgs []Image, ev Event, look 
 		}
 		if rd.Handover {
 			res.Handover = true
+			res.Report = e.handover(ctx, imgs)
+		}
+		if rd.Wake {
+			res.Wake = true
 			res.Report = e.handover(ctx, imgs)
 		}
 		if f := rd.Fence; f != nil {

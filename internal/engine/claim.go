@@ -160,7 +160,42 @@ type Who struct {
 	// domain this step is about: the hook's domain XML, the front-end's
 	// deployment file; 0 when unknown.
 	Instance int64
+	// Domain is what libvirt said about the VM's domain on Host: the host
+	// step asks it for the front-end's start. The hook's own start leaves
+	// it unasked: libvirt is starting the domain, so it does not run there.
+	Domain Domain
+	// Restore: the start is OpenNebula's restore (`onevm resume` of a
+	// SUSPENDED VM), which only wakes a guest that suspended itself to RAM.
+	Restore bool
 }
+
+// Domain is libvirt's answer about the VM's domain (one-<VM>) on a host.
+type Domain struct {
+	Seen DomainSeen
+	// Said is libvirt's words: the state virsh printed, or why there was
+	// no answer.
+	Said string
+}
+
+// DomainSeen is what libvirt's answer says: only Absent is knowledge that
+// no instance of the VM runs on the host under libvirt.
+type DomainSeen int
+
+// What libvirt said.
+const (
+	// DomainUnasked: nobody asked (the hook's own start; a check).
+	DomainUnasked DomainSeen = iota
+	// DomainAbsent: no such domain, or shut off or crashed: no QEMU.
+	DomainAbsent
+	// DomainActive: the domain runs (running, paused, ...): its QEMU does.
+	DomainActive
+	// DomainAsleep: the guest suspended itself to RAM (pmsuspended); its
+	// QEMU runs. OpenNebula shows it SUSPENDED; its restore wakes it.
+	DomainAsleep
+	// DomainNoAnswer: libvirt could not be asked: an error, a timeout, or
+	// the step does not run on the host (opennebula.remote: local).
+	DomainNoAnswer
+)
 
 // sameHost reports whether the claim's host is the host w runs on.
 func sameHost(c *Claim, w Who) bool {

@@ -75,3 +75,22 @@ func (e *AlreadyRunningError) Error() string {
 		"If oned shows the VM in UNKNOWN or failed, it is running: use 'onevm recover --success' instead of a new start",
 		e.VM, e.Domain, e.State, e.Host)
 }
+
+// DomainUnknownError: a start of the claim's own deploy on the claim's own
+// host, while libvirt gave no answer about the VM's domain there (an error,
+// a timeout, opennebula.remote: local). The recorded instance may be the
+// running VM (libvirtd restarting or hung while QEMU runs: the host goes
+// ERROR, the VM UNKNOWN, and `onevm resume` deploys again under the same
+// HISTORY): nothing is fenced and the start is refused until libvirt
+// answers.
+type DomainUnknownError struct {
+	VM     int
+	Host   string
+	Domain string
+	Said   string // libvirt's non-answer
+}
+
+func (e *DomainUnknownError) Error() string {
+	return fmt.Sprintf("VM %d: cannot tell whether %s still runs on %s: libvirt %s; not fencing its recorded instance and not starting another copy: retry once libvirt answers on %s ('virsh -r domstate %s')",
+		e.VM, e.Domain, e.Host, e.Said, e.Host, e.Domain)
+}

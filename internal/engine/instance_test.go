@@ -131,7 +131,10 @@ func TestRestoreKeepsInstance(t *testing.T) {
 	if _, err := e.Start(ctx, w, imgs, false); err != nil {
 		t.Fatal(err)
 	}
-	res, err := e.Start(ctx, who("h1", 4, engine.SourceFrontend), imgs, false)
+	// libvirt says the saved domain is gone (the host step asks it).
+	rw := who("h1", 4, engine.SourceFrontend)
+	rw.Domain = engine.Domain{Seen: engine.DomainAbsent, Said: "shut off"}
+	res, err := e.Start(ctx, rw, imgs, false)
 	if err != nil || res.Claim.Instance != 1000 {
 		t.Fatalf("restore on the same host and deploy: %+v %v; want instance 1000 kept", res.Claim, err)
 	}

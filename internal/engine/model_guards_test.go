@@ -66,6 +66,15 @@ func (w *world) domainActive(h int) bool {
 	return false
 }
 
+// libvirtAnswer is what the host step learns from libvirt about one-42 on
+// h (internal/fencer/running.go domainAnswer, internal/domstate).
+func (w *world) libvirtAnswer(h int) engine.Domain {
+	if w.domainActive(h) {
+		return engine.Domain{Seen: engine.DomainActive, Said: "running"}
+	}
+	return engine.Domain{Seen: engine.DomainAbsent, Said: "shut off"}
+}
+
 // feStart is the front-end's prestart: host step "start" on the chosen host
 // with the HISTORY SEQ; the step refuses without fencing when libvirt runs
 // the VM's domain there (wt-lifecycle internal/fencer/running.go).
@@ -75,12 +84,9 @@ func (w *world) feStart(o *stepOut, crash int, h, seq int, file int64) error {
 		o.sayf("host step cannot reach Ceph: refused (fence.fail_open false)")
 		return errCrashed
 	}
-	if w.domainActive(h) {
-		o.sayf("one-42 already runs on %s: refused without fencing", mHosts[h])
-		return errCrashed
-	}
 	who := w.who(h, seq, engine.SourceFrontend)
-	who.Instance = file // Deploy passes the deployment file's (internal/frontend/startactions.go)
+	who.Instance = file // Deploy passes the deployment file's (internal/frontend/deploy.go)
+	who.Domain = w.libvirtAnswer(h)
 	_, err := w.call(o, crash, engine.SourceFrontend, "prestart", func(e *engine.Engine) (*engine.ClaimResult, error) {
 		return e.Start(ctx, who, mImgs, false)
 	})

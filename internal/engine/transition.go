@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -116,6 +117,9 @@ type Ready struct {
 	ImageRecords bool
 	// Window is the accepted handover (OpIncoming).
 	Window *Window
+	// Wake: the start is the restore of a guest asleep on its host
+	// (pmsuspended): it is only woken up; nothing is fenced or written.
+	Wake bool
 
 	// disowned are recorded addresses the change showed are not the VM's
 	// (a claim of an older version recorded other VMs' clients of shared
@@ -238,8 +242,39 @@ func start(prev *Claim, ev Event) Ready {
 		next.State = StateMigrating
 		return Ready{Handover: true, Next: &next}
 	}
+	if w.Source == SourceFrontend {
+		switch w.Domain.Seen {
+		case DomainActive:
+			// A resume of a VM in UNKNOWN that in fact runs, a recover
+			// --retry of a deploy that did start: the deploy would fail
+			// ("domain already exists"); fencing first would make the
+			// running VM I/O-dead.
+			return Ready{Refusal: &AlreadyRunningError{VM: w.VM, Host: w.Host, Domain: domainName(w.VM), State: w.Domain.Said}}
+		case DomainAsleep:
+			if !w.Restore {
+				return Ready{Refusal: &AlreadyRunningError{VM: w.VM, Host: w.Host, Domain: domainName(w.VM), State: w.Domain.Said}}
+			}
+		}
+	}
 	if err := admit(w, prev, ev.Now); err != nil {
 		return Ready{Refusal: err}
+	}
+	if w.Source == SourceFrontend && w.Domain.Seen == DomainAsleep {
+		// The restore of a guest that suspended itself to RAM: OpenNebula
+		// only wakes the domain (release-7.4.0 vmm_mad/remotes/kvm/restore:
+		// 61-71). Its instance is the claim's and keeps running: nothing is
+		// fenced, the claim stays.
+		return Ready{Wake: true}
+	}
+	if w.Source == SourceFrontend && prev != nil && live(prev) && prev.Seq == w.Seq && sameHost(prev, w) && w.Domain.Seen != DomainAbsent {
+		// The claim's own deploy on the claim's own host: its recorded
+		// instance is fenced only once libvirt said the domain is absent
+		// or shut off there.
+		said := w.Domain.Said
+		if w.Domain.Seen == DomainUnasked || said == "" {
+			said = "was not asked"
+		}
+		return Ready{Refusal: &DomainUnknownError{VM: w.VM, Host: w.Host, Domain: domainName(w.VM), Said: said}}
 	}
 	seq := w.Seq
 	if seq < 0 && sameHost(prev, w) {
@@ -515,6 +550,9 @@ func admit(w Who, prev *Claim, now time.Time) error {
 	}
 	return nil
 }
+
+// domainName is OpenNebula's libvirt name of VM vm.
+func domainName(vm int) string { return "one-" + strconv.Itoa(vm) }
 
 // live reports whether the claim says an instance runs or is starting.
 func live(c *Claim) bool {

@@ -13,23 +13,39 @@ import (
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 )
 
-// refuseRunning refuses the front-end's start step on the VM's host when
-// libvirt already runs the VM's domain there: `onevm resume` of a VM in
-// UNKNOWN that in fact runs, `onevm recover --retry` of a deploy that did
-// start. The deploy would fail ("domain already exists"); fencing first
-// would leave the running VM I/O-dead. Only the host step asks libvirt (the
-// libvirt hook never does: libvirtd waits for it), read-only and within
-// timeouts.connect; when libvirt cannot be asked the start goes on as before.
-func refuseRunning(ctx context.Context, cfg *config.Config, req *hoststep.Request) error {
-	if req.Op != hoststep.OpStart || req.Source != engine.SourceFrontend || req.Local {
-		return nil
+// domainAnswer asks libvirt, for the front-end's start step on the VM's
+// host, what the VM's domain is there (read-only, within
+// timeouts.connect): the engine admits a start of the claim's own deploy
+// on the claim's own host, and fences its recorded instance, only when
+// libvirt said the domain is absent or shut off (`onevm resume` of a VM in
+// UNKNOWN while libvirtd restarts or hangs and QEMU runs on). Every error
+// or timeout, and a step that does not run on the host (opennebula.remote:
+// local), is no answer. Only the host step asks libvirt (the libvirt hook
+// never does: libvirtd waits for it, and starts the domain itself). Other
+// steps are not asked.
+func domainAnswer(ctx context.Context, cfg *config.Config, req *hoststep.Request) engine.Domain {
+	if req.Op != hoststep.OpStart || req.Source != engine.SourceFrontend {
+		return engine.Domain{}
 	}
-	dom := "one-" + strconv.Itoa(req.VM)
-	st, err := domstate.Query(ctx, dom, time.Duration(cfg.Timeouts.Connect))
-	if err != nil || !st.Active() {
-		return nil
+	if req.Local {
+		return engine.Domain{Seen: engine.DomainNoAnswer, Said: "was not asked: opennebula.remote is local, the step runs on the front-end"}
 	}
-	return &engine.AlreadyRunningError{VM: req.VM, Host: req.Host, Domain: dom, State: string(st)}
+	return answerOf(domstate.Query(ctx, "one-"+strconv.Itoa(req.VM), time.Duration(cfg.Timeouts.Connect)))
+}
+
+// answerOf maps virsh domstate's answer to what the engine decides on.
+func answerOf(st domstate.State, err error) engine.Domain {
+	switch {
+	case err != nil:
+		return engine.Domain{Seen: engine.DomainNoAnswer, Said: "did not answer (" + err.Error() + ")"}
+	case st == "":
+		return engine.Domain{Seen: engine.DomainAbsent, Said: "has no such domain"}
+	case st == domstate.PMSuspended:
+		return engine.Domain{Seen: engine.DomainAsleep, Said: string(st)}
+	case !st.Active():
+		return engine.Domain{Seen: engine.DomainAbsent, Said: string(st)}
+	}
+	return engine.Domain{Seen: engine.DomainActive, Said: string(st)}
 }
 
 // learnInstance gives the front-end's premigrate, run on the source host,

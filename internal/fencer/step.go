@@ -58,12 +58,13 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 		failpoint.Hit("after-blocklist")
 	}
 	learnInstance(ctx, cfg, req)
-	base := engine.Who{VM: req.VM, Seq: req.Seq, Host: req.Host, Source: req.Source, Run: req.Run, Incoming: req.Incoming, Instance: req.Instance}
+	base := engine.Who{VM: req.VM, Seq: req.Seq, Host: req.Host, Source: req.Source, Run: req.Run, Incoming: req.Incoming, Instance: req.Instance,
+		Restore: req.Restore}
 	// Ask libvirt (a virsh process) while Ceph connects; every group waits
 	// for the answer before its claim is read or anything is fenced.
-	running := make(chan error, 1)
-	go func() { running <- refuseRunning(ctx, cfg, req) }()
-	notRunning := sync.OnceValue(func() error { return <-running })
+	answer := make(chan engine.Domain, 1)
+	go func() { answer <- domainAnswer(ctx, cfg, req) }()
+	domain := sync.OnceValue(func() engine.Domain { return <-answer })
 	meta := audit.Meta{Run: req.Run, Op: req.Op, VM: req.VM, Host: req.Host}
 
 	// A start with disks in several clusters (or reached with several Ceph
@@ -71,7 +72,7 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 	// fences nothing in another.
 	if (req.Op == hoststep.OpStart || req.Op == hoststep.OpAttach) && len(groups) > 1 {
 		for _, g := range groups {
-			if _, err := runGroup(ctx, cfg, req, g, base, opts, ips, true, notRunning); err != nil {
+			if _, err := runGroup(ctx, cfg, req, g, base, opts, ips, true, domain); err != nil {
 				return fail(err)
 			}
 		}
@@ -82,7 +83,7 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 	handover := true
 	for _, g := range groups {
 		var res *engine.ClaimResult
-		res, err = runGroup(ctx, cfg, req, g, base, opts, ips, req.Op == hoststep.OpCheck, notRunning)
+		res, err = runGroup(ctx, cfg, req, g, base, opts, ips, req.Op == hoststep.OpCheck, domain)
 		if res != nil {
 			handover = handover && res.Handover
 			mergeClaim(resp, res)
@@ -134,18 +135,20 @@ func putEvents(s *events.Spool, recs []audit.Record, source string) {
 
 // runGroup runs req's step for the disks of group g under the VM's claim in
 // g's cluster (dry for a check, or for the admission pass of a start).
-func runGroup(ctx context.Context, cfg *config.Config, req *hoststep.Request, g Group, who engine.Who, opts engine.Options, ips []netip.Addr, dry bool, notRunning func() error) (*engine.ClaimResult, error) {
+func runGroup(ctx context.Context, cfg *config.Config, req *hoststep.Request, g Group, who engine.Who, opts engine.Options, ips []netip.Addr, dry bool, domain func() engine.Domain) (*engine.ClaimResult, error) {
 	sess, err := Open(ctx, g.Access, opts)
+	who.Domain = domain()
 	if err != nil {
-		if rerr := notRunning(); rerr != nil {
-			return nil, rerr // refused whatever Ceph says, as before connecting
+		if req.Op == hoststep.OpStart {
+			// What libvirt said decides even without the claim: a domain
+			// that runs here is refused whatever Ceph says.
+			if rd := engine.Transition(nil, engine.Event{Op: engine.OpStart, Who: who, Now: time.Now()}); rd.Refusal != nil {
+				return nil, rd.Refusal
+			}
 		}
 		return nil, err
 	}
 	defer sess.Close()
-	if err := notRunning(); err != nil {
-		return nil, err
-	}
 	who.Pool = ClaimPool(cfg)
 	if cfg.Ceph.ClaimPool == "" && req.Op != hoststep.OpCheck && req.Op != hoststep.OpIncoming && !dry {
 		// Upgrade: the claim moves from the first disk's pool once.

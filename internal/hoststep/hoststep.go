@@ -124,6 +124,13 @@ type Request struct {
 	// rejects it, so the front-end's version 1 retry leaves it out. No
 	// version bump: nothing a peer must refuse depends on it.
 	Instance int64 `json:"instance,omitempty"`
+	// Restore is set on the start step of OpenNebula's restore (`onevm
+	// resume` of a SUSPENDED VM): a guest that suspended itself to RAM is
+	// only woken up there (engine.Who.Restore). Hosts that do not know the
+	// field ignore it (version 2 and 3) and refuse the start of such a
+	// guest as already running; a version 1 host rejects it, so the
+	// front-end's version 1 retry leaves it out.
+	Restore bool `json:"restore,omitempty"`
 }
 
 // PeerVersion is the version the request was written in.

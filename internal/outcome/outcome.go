@@ -70,6 +70,8 @@ var classes = []struct {
 	{Refused, is[*engine.ClaimedElsewhereError]},
 	{Refused, is[*engine.NoHandoverError]},
 	{Refused, is[*engine.AlreadyRunningError]},
+	// No answer from libvirt is no knowledge: retry once it answers.
+	{Unavailable, is[*engine.DomainUnknownError]},
 }
 
 func is[T error](err error) bool {

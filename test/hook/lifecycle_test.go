@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -288,28 +290,126 @@ func TestHostStepRefusesRunningDomain(t *testing.T) {
 	pool, img, _ := strings.Cut(image, "/")
 	req := hoststep.Request{Op: hoststep.OpStart, VM: id, Seq: 3, Host: hostName, Run: "hooktest-resume", Source: engine.SourceFrontend,
 		Disks: []vmdisk.Disk{{ID: "0", Pool: pool, Name: img}}}
+	resp, code := e.hostStep(req, libvirttest.URI())
+	if code == 0 {
+		t.Fatalf("the start step for a running domain must fail: %+v", resp)
+	}
+	if resp.OK || resp.Kind != outcome.Refused || !strings.Contains(resp.Error, oneName(id)+" is already running on host "+hostName) {
+		t.Fatalf("want a refusal naming the running domain, exit %d: %+v", code, resp)
+	}
+	if e.blocklisted(addr) {
+		t.Fatal("the running VM was fenced")
+	}
+	zombieWrites(t, live, 0xab)
+}
+
+// hostStep runs the host step `rbdfence host` with req on stdin and
+// libvirt at uri, as the front-end's ssh does, and returns its response and
+// exit code.
+func (e *env) hostStep(req hoststep.Request, uri string) (hoststep.Response, int) {
+	e.t.Helper()
 	body, _ := json.Marshal(req)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, testenv.Bin(t, "rbdfence"), "host", "--config", e.cfgPath)
-	cmd.Env = append(os.Environ(), "LIBVIRT_DEFAULT_URI="+libvirttest.URI())
+	cmd := exec.CommandContext(ctx, testenv.Bin(e.t, "rbdfence"), "host", "--config", e.cfgPath)
+	cmd.Env = append(os.Environ(), "LIBVIRT_DEFAULT_URI="+uri)
 	cmd.Stdin = bytes.NewReader(body)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
+	code := 0
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		t.Fatalf("the start step for a running domain must fail: %v\n%s\n%s", err, out.String(), errb.String())
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		e.t.Fatalf("host step: %v\n%s", err, errb.String())
 	}
 	var resp hoststep.Response
 	if jerr := json.Unmarshal(out.Bytes(), &resp); jerr != nil {
-		t.Fatalf("host step output: %v\n%s", jerr, out.String())
+		e.t.Fatalf("host step output (exit %d): %v\n%s\n%s", code, jerr, out.String(), errb.String())
 	}
-	if resp.OK || resp.Kind != outcome.Refused || !strings.Contains(resp.Error, oneName(id)+" is already running on host "+hostName) {
-		t.Fatalf("want a refusal naming the running domain, exit %d: %+v", ee.ExitCode(), resp)
+	return resp, code
+}
+
+// silentLibvirt returns a libvirt URI whose daemon accepts connections and
+// never answers (libvirtd hung), closed at cleanup.
+func silentLibvirt(t *testing.T) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "hung-libvirt.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if e.blocklisted(addr) {
-		t.Fatal("the running VM was fenced")
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "qemu+unix:///system?socket=" + sock
+}
+
+// TestHostStepRefusesWhenLibvirtSilent (issue 18 item 1): VM id runs on
+// this host, deploy #3 recorded in its claim. libvirtd stops answering
+// (down for a package upgrade, restarting, or hung) while QEMU goes on;
+// oned's probes fail, the host goes ERROR and the VM UNKNOWN, and `onevm
+// resume` deploys the same HISTORY on the same host: the front-end's start
+// step. Without libvirt's answer the recorded instance may be the running
+// VM: the step must refuse in the "unavailable" class, fence nothing, and
+// say it cannot tell. The same with opennebula.remote: local, where the
+// step runs on the front-end and cannot ask the host's libvirt.
+func TestHostStepRefusesWhenLibvirtSilent(t *testing.T) {
+	e := newEnv(t, "")
+	id := vmID(16)
+	e.removeClaimAtCleanup(id)
+	image := e.ceph.NewImage(t, "hooktest-silent")
+	e.frontendClaim(id, 3, hostName)
+	live, _ := libvirttest.Create(t, e.xml(oneName(id), e.disk(image, false)))
+	zombieWrites(t, live, 0xaa)
+	addr := e.waitWatchers(image, 1)[0]
+	waitClaim(t, e, id, func(c *engine.Claim) bool { return c.State == engine.StateRunning && len(c.Addrs) == 1 })
+
+	pool, img, _ := strings.Cut(image, "/")
+	req := hoststep.Request{Version: hoststep.Version, Op: hoststep.OpStart, VM: id, Seq: 3, Host: hostName, Run: "hooktest-resume", Source: engine.SourceFrontend,
+		Disks: []vmdisk.Disk{{ID: "0", Pool: pool, Name: img}}}
+	local := req
+	local.Local = true
+	for _, tc := range []struct {
+		name string
+		req  hoststep.Request
+		uri  string
+		said string
+	}{
+		{"libvirtd down", req, "qemu+unix:///system?socket=" + filepath.Join(t.TempDir(), "no-libvirtd.sock"), "libvirt did not answer"},
+		{"libvirtd hung", req, silentLibvirt(t), "no answer within"},
+		{"opennebula.remote: local", local, libvirttest.URI(), "opennebula.remote is local"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, code := e.hostStep(tc.req, tc.uri)
+			want := "cannot tell whether " + oneName(id) + " still runs on " + hostName + ": libvirt "
+			if resp.OK || code != outcome.Unavailable.Code() || resp.Kind != outcome.Unavailable || !strings.Contains(resp.Error, want) || !strings.Contains(resp.Error, tc.said) {
+				t.Fatalf("want exit %d (%s) saying %q ... %q, got exit %d: %+v", outcome.Unavailable.Code(), outcome.Unavailable, want, tc.said, code, resp)
+			}
+			if e.blocklisted(addr) || (resp.Report != nil && resp.Report.Fenced > 0) {
+				t.Fatalf("the running VM was fenced: %+v", resp.Report)
+			}
+		})
 	}
 	zombieWrites(t, live, 0xab)
 }

@@ -1,0 +1,163 @@
+package engine_test
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rbdfence/rbdfence/internal/engine"
+)
+
+var tNow = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func tAddr(s string) engine.Addr {
+	a, err := engine.ParseAddr(s)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+// running is deploy 3 of VM 42 on h1 (10.0.0.1), its instance recorded.
+func running() *engine.Claim {
+	a := tAddr("10.0.0.1:0/11")
+	return &engine.Claim{VM: 42, Seq: 3, Host: "h1", HostAddrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Source: engine.SourceFrontend,
+		State: engine.StateRunning, Addrs: []engine.Addr{a}, Images: map[string][]engine.Addr{"one/a": {a}}, Instance: 1000}
+}
+
+func tWho(host string, seq int, source string, ip string) engine.Who {
+	w := engine.Who{VM: 42, Seq: seq, Host: host, Source: source, Run: "r", Pool: "one"}
+	if ip != "" {
+		w.HostIPs = []netip.Addr{netip.MustParseAddr(ip)}
+	}
+	return w
+}
+
+// A start of the claim's own deploy on the claim's own host fences the
+// recorded instance only after libvirt said the domain is absent (issue
+// 18 item 1); a restore of a guest asleep there only wakes it (item 10).
+func TestTransitionStartAsksLibvirt(t *testing.T) {
+	absent := engine.Domain{Seen: engine.DomainAbsent, Said: "shut off"}
+	for _, tc := range []struct {
+		name    string
+		seq     int
+		domain  engine.Domain
+		restore bool
+		refusal any // pointer to the wanted error type; nil: admitted
+		fence   bool
+		wake    bool
+	}{
+		{"absent: the recorded instance is fenced", 3, absent, false, nil, true, false},
+		{"no answer: refused, nothing fenced", 3, engine.Domain{Seen: engine.DomainNoAnswer, Said: "did not answer (virsh domstate one-42: no answer within 10s)"}, false, new(*engine.DomainUnknownError), false, false},
+		{"remote local: refused", 3, engine.Domain{Seen: engine.DomainNoAnswer, Said: "was not asked: opennebula.remote is local"}, false, new(*engine.DomainUnknownError), false, false},
+		{"nobody asked: refused", 3, engine.Domain{}, false, new(*engine.DomainUnknownError), false, false},
+		{"running: refused", 3, engine.Domain{Seen: engine.DomainActive, Said: "running"}, false, new(*engine.AlreadyRunningError), false, false},
+		{"asleep, a deploy: refused", 3, engine.Domain{Seen: engine.DomainAsleep, Said: "pmsuspended"}, false, new(*engine.AlreadyRunningError), false, false},
+		{"asleep, the restore: woken, nothing fenced", 3, engine.Domain{Seen: engine.DomainAsleep, Said: "pmsuspended"}, true, nil, false, true},
+		{"a newer deploy on the same host: oned's record is knowledge", 4, engine.Domain{Seen: engine.DomainNoAnswer, Said: "did not answer"}, false, nil, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := tWho("h1", tc.seq, engine.SourceFrontend, "10.0.0.1")
+			w.Domain, w.Restore = tc.domain, tc.restore
+			rd := engine.Transition(running(), engine.Event{Op: engine.OpStart, Who: w, Now: tNow})
+			switch {
+			case tc.refusal != nil:
+				if rd.Refusal == nil || !errors.As(rd.Refusal, tc.refusal) || rd.Fence != nil || rd.Next != nil {
+					t.Fatalf("want a %T refusal that fences and writes nothing, got %+v", tc.refusal, rd)
+				}
+			case rd.Refusal != nil:
+				t.Fatalf("refused: %v", rd.Refusal)
+			case tc.wake:
+				if !rd.Wake || rd.Fence != nil || rd.Next != nil {
+					t.Fatalf("the restore of a sleeping guest must only wake it: %+v", rd)
+				}
+			case tc.fence:
+				if rd.Fence == nil || !slices.Contains(rd.Fence.Recorded, tAddr("10.0.0.1:0/11")) {
+					t.Fatalf("the recorded instance must be fenced: %+v", rd.Fence)
+				}
+			}
+		})
+	}
+	// The hook's own start: libvirt starts the domain, so it does not run.
+	rd := engine.Transition(running(), engine.Event{Op: engine.OpStart, Who: tWho("h1", -1, engine.SourceHook, "10.0.0.1"), Now: tNow})
+	if rd.Refusal != nil || rd.Fence == nil {
+		t.Fatalf("the hook's start on the claim's host: %+v", rd)
+	}
+	var du *engine.DomainUnknownError
+	w := tWho("h1", 3, engine.SourceFrontend, "10.0.0.1")
+	w.Domain = engine.Domain{Seen: engine.DomainNoAnswer, Said: "did not answer (failed to connect to the hypervisor)"}
+	if rd := engine.Transition(running(), engine.Event{Op: engine.OpStart, Who: w, Now: tNow}); !errors.As(rd.Refusal, &du) ||
+		du.Error() != "VM 42: cannot tell whether one-42 still runs on h1: libvirt did not answer (failed to connect to the hypervisor); not fencing its recorded instance and not starting another copy: retry once libvirt answers on h1 ('virsh -r domstate one-42')" {
+		t.Fatalf("the refusal's line: %v", rd.Refusal)
+	}
+}
+
+// The carry rule: whatever a change writes, every address the previous
+// claim records is recorded in the next one or fenced by the change
+// (issue 18 item 7).
+func TestTransitionCarries(t *testing.T) {
+	src, dst, old, other := tAddr("10.0.0.1:0/11"), tAddr("10.0.0.2:0/21"), tAddr("10.0.0.1:0/5"), tAddr("10.0.0.3:0/31")
+	withWindow := func() *engine.Claim {
+		c := running()
+		c.Earlier = []engine.Addr{old}
+		c.Window = &engine.Window{Src: "h1", Dst: "h2", Seq: 4, From: 3, Instance: 1000, Opened: tNow, Expires: tNow.Add(time.Hour), DstAddrs: []engine.Addr{dst}}
+		return c
+	}
+	here := func(ip string, as ...engine.Addr) []engine.Seen {
+		return []engine.Seen{{Image: "one/b", Exclusive: true, Watchers: as, Clients: as}}
+	}
+	for _, tc := range []struct {
+		name string
+		prev *engine.Claim
+		ev   engine.Event
+	}{
+		{"record of another disk on the destination after recover --success", withWindow(),
+			engine.Event{Op: engine.OpRecord, Who: tWho("h2", 4, engine.SourceFrontend, "10.0.0.2"), Seen: here("10.0.0.2", other)}},
+		{"the front-end's late record of the claim's deploy", withWindow(),
+			engine.Event{Op: engine.OpRecord, Who: tWho("h1", 3, engine.SourceFrontend, "10.0.0.1"), Seen: []engine.Seen{{Image: "one/a", Exclusive: true}}}},
+		{"premigrate over an old window", withWindow(),
+			engine.Event{Op: engine.OpOpenWindow, Who: tWho("h1", 5, engine.SourceFrontend, "10.0.0.1"), Src: "h1", Dst: "h3", TTL: time.Hour}},
+		{"premigrate from the old window's destination", withWindow(),
+			engine.Event{Op: engine.OpOpenWindow, Who: tWho("h2", 5, engine.SourceFrontend, "10.0.0.2"), Src: "h2", Dst: "h3", TTL: time.Hour}},
+		{"postmigrate that does not see the source", withWindow(),
+			engine.Event{Op: engine.OpCloseWindow, Who: tWho("h2", 4, engine.SourceFrontend, "10.0.0.2"), Src: "h1", Dst: "h2", Outcome: engine.Migrated,
+				Here: []netip.Addr{netip.MustParseAddr("10.0.0.2")}, Seen: []engine.Seen{{Image: "one/a", Exclusive: true}}}},
+		{"failmigrate", withWindow(),
+			engine.Event{Op: engine.OpCloseWindow, Who: tWho("h2", 4, engine.SourceFrontend, "10.0.0.2"), Src: "h1", Dst: "h2", Outcome: engine.Failed,
+				Here: []netip.Addr{netip.MustParseAddr("10.0.0.2")}}},
+		{"a start", withWindow(), engine.Event{Op: engine.OpStart, Who: tWho("h3", 6, engine.SourceFrontend, "10.0.0.3")}},
+		{"the handover's record", withWindow(), func() engine.Event {
+			w := tWho("h2", -1, engine.SourceHook, "10.0.0.2")
+			w.Incoming, w.Instance = withWindow().Window, 1000
+			return engine.Event{Op: engine.OpRecord, Who: w, Seen: here("10.0.0.2", other)}
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.ev.Now = tNow
+			rd := engine.Transition(tc.prev, tc.ev)
+			if rd.Refusal != nil {
+				t.Fatalf("refused: %v", rd.Refusal)
+			}
+			if rd.Next == nil {
+				t.Fatal("nothing written")
+			}
+			kept := rd.Next.Recorded()
+			if rd.Fence != nil {
+				kept = append(kept, rd.Fence.Recorded...)
+			}
+			for _, a := range []engine.Addr{src, dst, old} {
+				if !slices.Contains(kept, a) {
+					t.Fatalf("%s was neither recorded nor fenced: next %+v fence %+v", a, rd.Next, rd.Fence)
+				}
+			}
+		})
+	}
+	// A missed close settles at the next migration: the claim then says
+	// where the VM runs (item 8).
+	rd := engine.Transition(withWindow(), engine.Event{Op: engine.OpOpenWindow, Who: tWho("h2", 5, engine.SourceFrontend, "10.0.0.2"), Src: "h2", Dst: "h3", TTL: time.Hour, Now: tNow})
+	if rd.Next.Host != "h2" || rd.Next.Seq != 4 || !slices.Equal(rd.Next.Addrs, []engine.Addr{dst}) || rd.Next.Window.Src != "h2" || rd.Next.Window.From != 4 {
+		t.Fatalf("premigrate from the old window's destination: %+v window %+v", rd.Next, rd.Next.Window)
+	}
+}
