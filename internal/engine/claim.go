@@ -82,9 +82,12 @@ type Window struct {
 	// Instance is the identity (Claim.Instance) of the instance the window
 	// hands over: the claim's when the window was opened, 0 when unknown.
 	// The incoming migration must carry it (see handover).
-	Instance int64     `json:"instance,omitempty"`
-	Opened   time.Time `json:"opened"`
-	Expires  time.Time `json:"expires"`
+	Instance int64 `json:"instance,omitempty"`
+	// Run is the premigrate run that opened the window: the same in every
+	// cluster's claim of the VM (see Same).
+	Run     string    `json:"run,omitempty"`
+	Opened  time.Time `json:"opened"`
+	Expires time.Time `json:"expires"`
 	// DstAddrs are the client addresses of the instance started on Dst by
 	// the migration, recorded by the hook at `started`: until postmigrate
 	// says which copy won, a start elsewhere fences both.
@@ -121,9 +124,20 @@ func (c *Claim) Recorded() []Addr {
 	return out
 }
 
-// Same reports whether w and o are the same handover (one premigrate).
+// Same reports whether w and o are the same handover (one premigrate): the
+// same migration of the same deploy, opened by the same premigrate run. A
+// VM with disks in several clusters has a window in each cluster's claim,
+// each opened at its own time by that one run: the hook's mark keeps one of
+// them and every cluster's claim must hold its own window of that run.
+// Windows of versions that did not record the run compare their open time.
 func (w *Window) Same(o *Window) bool {
-	return w != nil && o != nil && w.Src == o.Src && w.Dst == o.Dst && w.Seq == o.Seq && w.From == o.From && w.Opened.Equal(o.Opened)
+	if w == nil || o == nil || w.Src != o.Src || w.Dst != o.Dst || w.Seq != o.Seq || w.From != o.From {
+		return false
+	}
+	if w.Run != "" && o.Run != "" {
+		return w.Run == o.Run
+	}
+	return w.Opened.Equal(o.Opened)
 }
 
 // Claim states.

@@ -420,7 +420,7 @@ func openWindow(prev *Claim, ev Event) Ready {
 		src = prev.Host // the claim's name for the source (the step runs there)
 	}
 	now := ev.Now.UTC()
-	next.Window = &Window{Src: src, Dst: ev.Dst, Seq: w.Seq, From: next.Seq, Instance: next.Instance, Opened: now, Expires: now.Add(ev.TTL)}
+	next.Window = &Window{Src: src, Dst: ev.Dst, Seq: w.Seq, From: next.Seq, Instance: next.Instance, Run: w.Run, Opened: now, Expires: now.Add(ev.TTL)}
 	return Ready{Next: next}
 }
 
@@ -551,6 +551,13 @@ func admit(w Who, prev *Claim, now time.Time) error {
 	return nil
 }
 
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 // domainName is OpenNebula's libvirt name of VM vm.
 func domainName(vm int) string { return "one-" + strconv.Itoa(vm) }
 
@@ -600,8 +607,9 @@ func handover(w Who, prev *Claim, now time.Time) error {
 	case !isHost(prev.Window.Dst, nil, w):
 		why = fmt.Sprintf("the open window is for a migration %s -> %s", prev.Window.Src, prev.Window.Dst)
 	case !prev.Window.Same(w.Incoming):
-		why = fmt.Sprintf("the open window (%s -> %s, deploy #%d, opened %s) is not the one this migration was accepted in (opened %s)",
-			prev.Window.Src, prev.Window.Dst, prev.Window.Seq, prev.Window.Opened.UTC().Format(time.RFC3339), w.Incoming.Opened.UTC().Format(time.RFC3339))
+		why = fmt.Sprintf("the open window (%s -> %s, deploy #%d, opened %s by run %s) is not the one this migration was accepted in (opened %s by run %s)",
+			prev.Window.Src, prev.Window.Dst, prev.Window.Seq, prev.Window.Opened.UTC().Format(time.RFC3339), orDash(prev.Window.Run),
+			w.Incoming.Opened.UTC().Format(time.RFC3339), orDash(w.Incoming.Run))
 	case prev.Window.From != prev.Seq:
 		why = fmt.Sprintf("the window was opened for deploy #%d, the claim holds deploy #%d", prev.Window.From, prev.Seq)
 	default:

@@ -43,7 +43,9 @@ type Mark struct {
 	Time   time.Time `json:"time"`
 	Run    string    `json:"run,omitempty"`
 	// Window is the claim's handover window the migration was accepted in
-	// (nil for a domain that is not an OpenNebula VM).
+	// (nil for a domain that is not an OpenNebula VM). With disks in
+	// several clusters it is the first cluster's; every cluster's claim
+	// holds its own window of the same premigrate run (engine.Window.Same).
 	Window *engine.Window `json:"window,omitempty"`
 }
 

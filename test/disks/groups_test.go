@@ -4,11 +4,13 @@ package disks
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/fencer"
+	"github.com/rbdfence/rbdfence/internal/hook"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 	"github.com/rbdfence/rbdfence/test/testenv"
@@ -88,4 +90,60 @@ func TestRecordEveryCluster(t *testing.T) {
 	step(t, there, &hoststep.Request{Op: hoststep.OpStart, VM: v.vm, Seq: 2, Host: "h2", Run: run(), Source: "frontend", Disks: v.disks})
 	blocklisted(t, v.c1, addr(t, v.za))
 	blocklisted(t, v.c2, bAddr)
+}
+
+// TestLiveMigrationEveryCluster (issue 18 item 9): VM with a disk in each
+// of two clusters runs deploy #5 on src; the front-end's premigrate opens
+// the handover in both clusters (each claim's window has its own open
+// time). On dst the hook accepts the migration at `migrate begin` and keeps
+// the answer's window in its mark; the `prepare` and `started` that follow
+// carry it. Both must be the handover in both clusters (nothing fenced,
+// the running source kept), each cluster's bound to its own window.
+func TestLiveMigrationEveryCluster(t *testing.T) {
+	c1, c2 := testenv.StartCeph(t), secondCeph(t)
+	vm := newVM()
+	a, b := c1.NewImage(t, "mig-a"), c2.NewImage(t, "mig-b")
+	disks := []vmdisk.Disk{disk(t, c1, "0", a), disk(t, c2, "1", b)}
+	src := hostConfig(t, c1, "127.0.0.1") // the source's writers run here
+	dst := hostConfig(t, c1, "192.0.2.2")
+	step(t, src, &hoststep.Request{Op: hoststep.OpStart, VM: vm, Seq: 5, Host: "src", Run: run(), Source: "frontend", Disks: disks})
+	za, zb := testenv.StartZombie(t, c1, a, "write"), testenv.StartZombie(t, c2, b, "write")
+	za.WaitWrite(t, true, 30*time.Second)
+	zb.WaitWrite(t, true, 30*time.Second)
+	step(t, src, &hoststep.Request{Op: hoststep.OpRecord, VM: vm, Seq: -1, Host: "src", Run: run(), Source: "hook", Disks: disks})
+	step(t, src, &hoststep.Request{Op: hoststep.OpPremigrate, VM: vm, Seq: 6, Host: "src", Src: "src", Dst: "dst", Run: run(), Source: "frontend", Disks: disks})
+	w1, w2 := readClaim(t, c1, "one", vm).Window, readClaim(t, c2, "one", vm).Window
+	if w1 == nil || w2 == nil {
+		t.Fatalf("premigrate must open the window in both clusters: %+v %+v", w1, w2)
+	}
+
+	// migrate begin on dst: the hook keeps the answer's window in its mark.
+	in := step(t, dst, &hoststep.Request{Op: hoststep.OpIncoming, VM: vm, Seq: -1, Host: "dst", Run: run(), Source: "hook", Disks: disks})
+	marks := hook.Marks{Dir: filepath.Join(t.TempDir(), hook.MarkDir), Window: 10 * time.Minute}
+	if in.Claim == nil || in.Claim.Window == nil {
+		t.Fatalf("migrate begin: no window in the answer: %+v", in)
+	}
+	if err := marks.Set("one-x", run(), in.Claim.Window); err != nil {
+		t.Fatal(err)
+	}
+	fresh, mk, err := marks.Fresh("one-x")
+	if err != nil || !fresh {
+		t.Fatalf("mark: %v %v", fresh, err)
+	}
+	for _, op := range []string{hoststep.OpStart, hoststep.OpRecord} {
+		resp := step(t, dst, &hoststep.Request{Op: op, VM: vm, Seq: -1, Host: "dst", Run: run(), Source: "hook", Disks: disks, Incoming: mk.Window})
+		if op == hoststep.OpStart && !resp.Handover {
+			t.Fatalf("prepare on dst must be the handover in both clusters: %+v", resp)
+		}
+		if resp.Report != nil && resp.Report.Fenced > 0 {
+			t.Fatalf("%s on dst fenced: %+v", op, resp.Report)
+		}
+	}
+	notBlocklisted(t, c1, addr(t, za))
+	notBlocklisted(t, c2, addr(t, zb))
+	za.WaitWrite(t, true, 30*time.Second)
+	zb.WaitWrite(t, true, 30*time.Second)
+	if cl := readClaim(t, c2, "one", vm); cl == nil || cl.Window == nil || !cl.Window.Same(w2) || cl.Host != "src" {
+		t.Fatalf("the second cluster's claim must keep its own window and the source: %+v", cl)
+	}
 }
