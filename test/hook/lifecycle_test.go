@@ -464,3 +464,123 @@ func TestPremigrateLearnsInstance(t *testing.T) {
 	}
 	zombieWrites(t, live, 0xab)
 }
+
+// sleeperBoot is a boot sector that suspends the guest to RAM once (ACPI
+// S3: SLP_TYP 1 | SLP_EN written to PIIX4's PM1 control register at its
+// PMBASE, read from PCI 00:01.3 register 0x40) and halts after the wake-up
+// (a byte of CMOS RAM, which survives the reset of an S3 resume, says it
+// slept already): a guest that suspends itself, as `systemctl suspend` in a
+// VM does, which libvirt reports as pmsuspended.
+var sleeperBoot = func() []byte {
+	code := []byte{
+		0xFA,       // cli
+		0xB0, 0x50, // mov al, 0x50
+		0xE6, 0x70, // out 0x70, al
+		0xE4, 0x71, // in al, 0x71
+		0x3C, 0xA5, // cmp al, 0xa5
+		0x74, 0x24, // je hang
+		0xB0, 0x50, // mov al, 0x50
+		0xE6, 0x70, // out 0x70, al
+		0xB0, 0xA5, // mov al, 0xa5
+		0xE6, 0x71, // out 0x71, al: slept once
+		0x66, 0xB8, 0x40, 0x0B, 0x00, 0x80, // mov eax, 0x80000b40 (PCI 0:1.3 reg 0x40)
+		0xBA, 0xF8, 0x0C, // mov dx, 0xcf8
+		0x66, 0xEF, // out dx, eax
+		0xBA, 0xFC, 0x0C, // mov dx, 0xcfc
+		0x66, 0xED, // in eax, dx
+		0x25, 0xC0, 0xFF, // and ax, 0xffc0 (PMBASE)
+		0x05, 0x04, 0x00, // add ax, 4 (PM1 control)
+		0x89, 0xC2, // mov dx, ax
+		0xB8, 0x00, 0x24, // mov ax, SLP_EN | SLP_TYP 1
+		0xEF,       // out dx, ax: S3
+		0xF4,       // hang: hlt
+		0xEB, 0xFD, // jmp hang
+	}
+	b := make([]byte, 1<<20)
+	copy(b, code)
+	b[510], b[511] = 0x55, 0xAA
+	return b
+}()
+
+// sleeperDomain is the domain one-<id> on image with ACPI and S3 on, booting
+// image, whose first sector is sleeperBoot.
+func (e *env) sleeperDomain(t *testing.T, id int, image string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "sleeper.img")
+	if err := os.WriteFile(f, sleeperBoot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.ceph.Admin(t, "rbd", "rm", "--no-progress", image)
+	e.ceph.Admin(t, "rbd", "import", "--no-progress", f, image)
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(e.xml(oneName(id), e.disk(image, false))); err != nil {
+		t.Fatal(err)
+	}
+	dom.Features = &libvirtxml.DomainFeatureList{ACPI: &libvirtxml.DomainFeature{}}
+	dom.PM = &libvirtxml.DomainPM{SuspendToMem: &libvirtxml.DomainPMPolicy{Enabled: "yes"}}
+	dom.OS.BootDevices = []libvirtxml.DomainBootDevice{{Dev: "hd"}}
+	xml, err := dom.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return xml
+}
+
+// waitState waits until libvirt reports dom in state want.
+func waitState(t *testing.T, dom, want string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, err := libvirttest.Virsh("domstate", dom)
+		if err == nil && strings.TrimSpace(out) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not become %s: %q %v", dom, want, out, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestHostStepWakesSleepingGuest (issue 18 item 10): the guest of VM id
+// suspended itself to RAM (libvirt pmsuspended; oned shows SUSPENDED). `onevm
+// resume` runs the restore action, whose start step on the host must admit
+// the wake-up (OpenNebula's restore then only runs `virsh dompmwakeup`:
+// release-7.4.0 src/vmm_mad/remotes/kvm/restore:61-71) and fence nothing;
+// the guest runs on, its disk writable. A deploy of the same VM there is
+// still refused: the domain runs.
+func TestHostStepWakesSleepingGuest(t *testing.T) {
+	e := newEnv(t, "")
+	id := vmID(17)
+	e.removeClaimAtCleanup(id)
+	image := e.ceph.NewImage(t, "hooktest-sleeper")
+	e.frontendClaim(id, 3, hostName)
+	live, _ := libvirttest.Create(t, e.sleeperDomain(t, id, image))
+	waitState(t, live, "pmsuspended")
+	addr := e.waitWatchers(image, 1)[0]
+	waitClaim(t, e, id, func(c *engine.Claim) bool { return c.State == engine.StateRunning && len(c.Addrs) == 1 })
+
+	pool, img, _ := strings.Cut(image, "/")
+	req := hoststep.Request{Version: hoststep.Version, Op: hoststep.OpStart, VM: id, Seq: 3, Host: hostName, Run: "hooktest-deploy", Source: engine.SourceFrontend,
+		Disks: []vmdisk.Disk{{ID: "0", Pool: pool, Name: img}}}
+	resp, code := e.hostStep(req, libvirttest.URI())
+	if code != outcome.Refused.Code() || !strings.Contains(resp.Error, "is already pmsuspended on host "+hostName) {
+		t.Fatalf("a deploy of the sleeping VM must be refused as running: exit %d %+v", code, resp)
+	}
+	req.Restore, req.Run = true, "hooktest-restore"
+	resp, code = e.hostStep(req, libvirttest.URI())
+	if code != 0 || !resp.OK || (resp.Report != nil && resp.Report.Fenced > 0) || len(resp.Audit) > 0 {
+		t.Fatalf("the restore of the sleeping guest must be admitted and fence nothing: exit %d %+v", code, resp)
+	}
+	if e.blocklisted(addr) {
+		t.Fatal("the sleeping VM was fenced")
+	}
+	if _, err := libvirttest.Virsh("dompmwakeup", live); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, live, "running")
+	zombieWrites(t, live, 0xab)
+	if cl := waitClaim(t, e, id, func(c *engine.Claim) bool { return true }); cl.Seq != 3 || cl.Host != hostName || len(cl.Addrs) != 1 || cl.Addrs[0].String() != addr {
+		t.Fatalf("the wake-up must leave the claim as it was: %+v", cl)
+	}
+}
