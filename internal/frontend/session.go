@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 )
@@ -69,55 +71,6 @@ func (e *Env) startThenRun(ctx context.Context, res *StartResult, req *hoststep.
 		e.recordInstance(ctx, res)
 	}
 	return code, nil
-}
-
-// startScript is the constant remote script of oneSession (files: how many
-// of vm.xml, ds.xml it writes; the script depends on nothing else). Data
-// come as its positional arguments: $1 host binary, $2 host config ("" for
-// the host's default), $3 the VM's directory, $4 the record request, then
-// the files' contents, then the remote action's argv. It runs the framed
-// start step (its stderr joins stdout, before its frame); only when the
-// step admits the start (exit 0) does it write the files and run the
-// action on the rest of stdin; after a successful action it starts the
-// record in the background, detached from the session (stdin, stdout,
-// stderr not the session's: ssh does not wait for it), at a lower CPU
-// priority (nice, where the host has it) than the VM that just started.
-func startScript(files []vmDirFileData) string {
-	s := `b=$1 c=$2 d=$3 r=$4
-if [ -n "$c" ]; then "$b" host --framed --config "$c"; else "$b" host --framed; fi 2>&1 || exit
-`
-	if len(files) > 0 {
-		s += `mkdir -p "$d"`
-		for i, f := range files {
-			s += fmt.Sprintf(` && printf '%%s' "$%d" > "$d/%s"`, i+5, f.name)
-		}
-		s += " || exit\n"
-	}
-	s += fmt.Sprintf(`shift %d
-"$@"
-s=$?
-rec() { printf '%%s' "$r" | if [ -n "$c" ]; then "$@" "$b" host --detached --config "$c"; else "$@" "$b" host --detached; fi; }
-if [ "$s" -eq 0 ]; then
-	if command -v nice >/dev/null 2>&1; then rec nice -n 10; else rec; fi </dev/null >/dev/null 2>&1 &
-fi
-exit "$s"
-`, len(files)+4)
-	return s
-}
-
-// maxRemoteCommand bounds oneSession's remote command line: ssh hands it to
-// the login shell as one argument, and Linux takes at most 128 KiB per
-// argument.
-const maxRemoteCommand = 120 << 10
-
-// sessionCommand is oneSession's remote command: startScript and its
-// positional arguments (none of them goes into the script's text).
-func sessionCommand(hostBin, hostCfg string, record []byte, act remoteStart) []string {
-	remote := []string{"sh", "-c", startScript(act.files), "rbdfence-start", hostBin, hostCfg, act.dir, string(record)}
-	for _, f := range act.files {
-		remote = append(remote, string(f.data))
-	}
-	return append(remote, act.argv...)
 }
 
 // oneSession runs the start step req and, if it admits the start, the
@@ -237,18 +190,53 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 	return code, false, nil
 }
 
-// actionAlone runs the remote action by itself after fence.fail_open let a
-// start go on whose check could not be done (the script ran nothing).
-func (e *Env) actionAlone(ctx context.Context, res *StartResult, act remoteStart) (int, error) {
-	remote := act.argv
-	if inline := withVMDirFiles(act.dir, act.files, act.argv); inline != nil {
-		remote = inline
+// maxRemoteCommand bounds oneSession's remote command line: ssh hands it to
+// the login shell as one argument, and Linux takes at most 128 KiB per
+// argument.
+const maxRemoteCommand = 120 << 10
+
+// sessionCommand is oneSession's remote command: startScript and its
+// positional arguments (none of them goes into the script's text).
+func sessionCommand(hostBin, hostCfg string, record []byte, act remoteStart) []string {
+	remote := []string{"sh", "-c", startScript(act.files), "rbdfence-start", hostBin, hostCfg, act.dir, string(record)}
+	for _, f := range act.files {
+		remote = append(remote, string(f.data))
 	}
-	code, err := e.remoteAction(ctx, res.Host, remote, act.stdin, act.stdout, e.Stderr)
-	if err != nil {
-		return -1, errorf(outcome.Failure, act.vm, "VM %d: remote %s on %s: %v", act.vm, act.what, res.Host, err)
+	return append(remote, act.argv...)
+}
+
+// startScript is the constant remote script of oneSession (files: how many
+// of vm.xml, ds.xml it writes; the script depends on nothing else). Data
+// come as its positional arguments: $1 host binary, $2 host config ("" for
+// the host's default), $3 the VM's directory, $4 the record request, then
+// the files' contents, then the remote action's argv. It runs the framed
+// start step (its stderr joins stdout, before its frame); only when the
+// step admits the start (exit 0) does it write the files and run the
+// action on the rest of stdin; after a successful action it starts the
+// record in the background, detached from the session (stdin, stdout,
+// stderr not the session's: ssh does not wait for it), at a lower CPU
+// priority (nice, where the host has it) than the VM that just started.
+func startScript(files []vmDirFileData) string {
+	s := `b=$1 c=$2 d=$3 r=$4
+if [ -n "$c" ]; then "$b" host --framed --config "$c"; else "$b" host --framed; fi 2>&1 || exit
+`
+	if len(files) > 0 {
+		s += `mkdir -p "$d"`
+		for i, f := range files {
+			s += fmt.Sprintf(` && printf '%%s' "$%d" > "$d/%s"`, i+5, f.name)
+		}
+		s += " || exit\n"
 	}
-	return code, nil
+	s += fmt.Sprintf(`shift %d
+"$@"
+s=$?
+rec() { printf '%%s' "$r" | if [ -n "$c" ]; then "$@" "$b" host --detached --config "$c"; else "$@" "$b" host --detached; fi; }
+if [ "$s" -eq 0 ]; then
+	if command -v nice >/dev/null 2>&1; then rec nice -n 10; else rec; fi </dev/null >/dev/null 2>&1 &
+fi
+exit "$s"
+`, len(files)+4)
+	return s
 }
 
 // gatedWriter holds the session's stderr until the step's frame says
@@ -291,4 +279,99 @@ func (g *gatedWriter) open(pass bool) {
 	g.opened = true
 	_, _ = g.w.Write(g.held.Bytes())
 	g.held.Reset()
+}
+
+// actionAlone runs the remote action by itself after fence.fail_open let a
+// start go on whose check could not be done (the script ran nothing).
+func (e *Env) actionAlone(ctx context.Context, res *StartResult, act remoteStart) (int, error) {
+	remote := act.argv
+	if inline := withVMDirFiles(act.dir, act.files, act.argv); inline != nil {
+		remote = inline
+	}
+	code, err := e.remoteAction(ctx, res.Host, remote, act.stdin, act.stdout, e.Stderr)
+	if err != nil {
+		return -1, errorf(outcome.Failure, act.vm, "VM %d: remote %s on %s: %v", act.vm, act.what, res.Host, err)
+	}
+	return code, nil
+}
+
+// maxInlineFiles bounds what withVMDirFiles puts on the remote command
+// line (Linux takes at most 128 KiB per argument, quoting adds some).
+const maxInlineFiles = 48 << 10
+
+// withVMDirFiles returns the remote command that writes files into dir and
+// then runs remote, in one ssh session as the driver's own deploy does
+// (one_vmm_exec.rb:443-470 of release-7.4.0), or nil when the files are too
+// large for a command line. The contents travel as arguments, printed by
+// the shell's printf: no tool of the host is assumed.
+func withVMDirFiles(dir string, files []vmDirFileData, remote []string) []string {
+	if len(files) == 0 {
+		return remote
+	}
+	size := 0
+	for _, f := range files {
+		size += len(f.data)
+		if bytes.IndexByte(f.data, 0) >= 0 {
+			return nil
+		}
+	}
+	if size > maxInlineFiles {
+		return nil
+	}
+	script := `mkdir -p "$1"`
+	args := []string{"sh", "-c", "", "rbdfence-deploy", dir}
+	for i, f := range files {
+		script += fmt.Sprintf(` && printf '%%s' "$%d" > "$1/%s"`, i+2, f.name)
+		args = append(args, string(f.data))
+	}
+	script += fmt.Sprintf(` && shift %d && exec "$@"`, len(files)+1)
+	args[2] = script
+	return append(args, remote...)
+}
+
+// copyVMDirFiles writes files into remoteDir on host, one ssh call each:
+// for files too large for withVMDirFiles.
+func (e *Env) copyVMDirFiles(ctx context.Context, vm int, host, remoteDir string, files []vmDirFileData) error {
+	for _, f := range files {
+		var stderr capBuffer
+		stderr.max = 4096
+		cmd := "mkdir -p " + shellQuote(remoteDir) + " && cat > " + shellQuote(remoteDir+"/"+f.name)
+		code, err := e.remoteAction(ctx, host, []string{"sh", "-c", cmd}, f.data, io.Discard, &stderr)
+		if err == nil && code != 0 {
+			err = fmt.Errorf("exit %d: %s", code, orDash(lastLine(stderr.buf.Bytes())))
+		}
+		if err != nil {
+			return errorf(outcome.Failure, vm, "VM %d: cannot write %s/%s on %s: %v", vm, remoteDir, f.name, host, err)
+		}
+	}
+	return nil
+}
+
+// recordInstance records the client addresses of the instance that now
+// runs on the host in the VM's claim: a later start elsewhere blocklists
+// them even if that instance is cut off from Ceph then. Best effort: a
+// failure is logged, the start has succeeded.
+func (e *Env) recordInstance(ctx context.Context, res *StartResult) {
+	if res == nil || res.Skipped || res.VM == nil || len(res.VM.Disks) == 0 {
+		return
+	}
+	if res.FailedOpen {
+		e.Log.Error("VM %d started without the check (fence.fail_open): its client addresses are not recorded", res.VM.ID)
+		return
+	}
+	req := &hoststep.Request{Op: hoststep.OpRecord, VM: res.VM.ID, Seq: res.Seq, Host: res.Host, Run: res.Run,
+		Source: engine.SourceFrontend, Disks: res.VM.Disks}
+	resp, err := e.hostStep(ctx, res.Host, req, onHost)
+	if err == nil && !resp.OK {
+		err = errors.New(resp.Error)
+	}
+	if err != nil {
+		e.Log.Error("VM %d started, but its client addresses were not recorded (a later start elsewhere only fences what it sees): %v", res.VM.ID, err)
+		return
+	}
+	n := 0
+	if resp.Claim != nil {
+		n = len(resp.Claim.Addrs)
+	}
+	e.Log.Info("VM %d: recorded %d client address(es) of the instance on %s", res.VM.ID, n, res.Host)
 }
