@@ -133,6 +133,17 @@ func (d *Domain) Instance() int64 {
 	return d.OpenNebula.DeploymentTime
 }
 
+// Stime is the VM's identity with its id: its `<one:stime>`, when oned
+// created it (see OpenNebulaMeta.STime; engine.Claim.Stime), 0 when the XML
+// has no OpenNebula metadata or no positive value. It never changes for a
+// VM.
+func (d *Domain) Stime() int64 {
+	if d == nil || d.OpenNebula == nil || d.OpenNebula.STime < 0 {
+		return 0
+	}
+	return d.OpenNebula.STime
+}
+
 // VMIDFromName returns N for a domain name "one-<N>" (N in canonical
 // decimal form), -1 otherwise.
 func VMIDFromName(name string) int {

@@ -134,8 +134,7 @@ type stillOurs func() error
 // takeLease takes (or, with our cookie, keeps) the VM's claim lease: a
 // *ClaimHeldError names the run that holds it. release gives it up (the
 // lease also expires on its own when a holder dies).
-func (e *Engine) takeLease(ctx context.Context, w Who) (release func(), err error) {
-	oid := ClaimObject(w.VM)
+func (e *Engine) takeLease(ctx context.Context, w Who, oid string) (release func(), err error) {
 	err = e.c.AcquireLease(ctx, w.Pool, oid, w.cookie(), e.o.Lease)
 	var held *LeaseHeldError
 	if errors.As(err, &held) {
@@ -156,8 +155,77 @@ func (e *Engine) takeLease(ctx context.Context, w Who) (release func(), err erro
 // nil when there is no claim yet; returning a nil claim writes nothing,
 // unless clear is set: then the claim is emptied.
 func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim, fresh stillOurs) (next *Claim, clear bool, err error)) (*Claim, error) {
-	oid := ClaimObject(w.VM)
-	release, err := e.takeLease(ctx, w)
+	for moves := 0; ; moves++ {
+		oid, err := e.locate(ctx, w)
+		if err != nil {
+			return nil, err
+		}
+		c, err := e.txnAt(ctx, w, oid, fn)
+		var other *OtherVMError
+		if errors.As(err, &other) && oid == ClaimObject(w.VM) && moves < 2 {
+			continue // another VM's claim took the object meanwhile: locate again
+		}
+		return c, err
+	}
+}
+
+// locate returns the object of w's VM's claim in w.Pool: the VM's object
+// (ClaimObject) when it holds w's VM's claim, or no claim while w's VM has
+// none in its own object (ClaimObjectOf) either, else that own object. A
+// step that does not know the VM's identity uses the VM's object.
+func (e *Engine) locate(ctx context.Context, w Who) (string, error) {
+	primary := ClaimObject(w.VM)
+	if w.Stime == 0 {
+		return primary, nil
+	}
+	c, err := e.claimAt(ctx, w.Pool, w.VM, primary)
+	if err != nil {
+		return "", err
+	}
+	if c != nil && c.Stime == w.Stime {
+		return primary, nil // the common case: one read
+	}
+	own := ClaimObjectOf(w.VM, w.Stime)
+	o, err := e.claimAt(ctx, w.Pool, w.VM, own)
+	if err != nil {
+		return "", err
+	}
+	if o == nil && (c == nil || belongs(c, w)) {
+		return primary, nil
+	}
+	return own, nil
+}
+
+// claimAt reads the claim in pool/oid (nil when there is none) without a lease.
+func (e *Engine) claimAt(ctx context.Context, pool string, vm int, oid string) (*Claim, error) {
+	data, _, err := e.c.ReadObject(ctx, pool, oid)
+	if errors.Is(err, ErrObjectNotFound) || (err == nil && len(data) == 0) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("VM %d: cannot read claim %s/%s: %w", vm, pool, oid, err)
+	}
+	var c Claim
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("VM %d: claim %s/%s is corrupt (%v): inspect it with 'rados -p %s get %s -' and remove it if it is garbage", vm, pool, oid, err, pool, oid)
+	}
+	return &c, nil
+}
+
+// ClaimOf returns w's VM's claim (nil when there is none) and the object
+// it is in, without a lease.
+func (e *Engine) ClaimOf(ctx context.Context, w Who) (*Claim, string, error) {
+	oid, err := e.locate(ctx, w)
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := e.claimAt(ctx, w.Pool, w.VM, oid)
+	return c, oid, err
+}
+
+// txnAt is txn on object oid.
+func (e *Engine) txnAt(ctx context.Context, w Who, oid string, fn func(prev *Claim, fresh stillOurs) (next *Claim, clear bool, err error)) (*Claim, error) {
+	release, err := e.takeLease(ctx, w, oid)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +243,7 @@ func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim, fresh stil
 			}
 		}
 		fresh := func() error {
-			if _, err := e.takeLease(ctx, w); err != nil {
+			if _, err := e.takeLease(ctx, w, oid); err != nil {
 				return err
 			}
 			now, nowVer, err := e.c.ReadObject(ctx, w.Pool, oid)
@@ -216,18 +284,9 @@ func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim, fresh stil
 	return nil, fmt.Errorf("VM %d: claim %s/%s kept changing under us; retry", w.VM, w.Pool, oid)
 }
 
-// ReadClaim returns the VM's claim, or nil when there is none. It takes no lease.
+// ReadClaim returns the claim in VM vm's object (ClaimObject), or nil when
+// there is none. It takes no lease. ClaimOf finds a VM's claim by its
+// identity.
 func (e *Engine) ReadClaim(ctx context.Context, pool string, vm int) (*Claim, error) {
-	data, _, err := e.c.ReadObject(ctx, pool, ClaimObject(vm))
-	if errors.Is(err, ErrObjectNotFound) || (err == nil && len(data) == 0) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var c Claim
-	if err := json.Unmarshal(data, &c); err != nil {
-		return nil, fmt.Errorf("VM %d: claim is corrupt: %v", vm, err)
-	}
-	return &c, nil
+	return e.claimAt(ctx, pool, vm, ClaimObject(vm))
 }

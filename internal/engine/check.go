@@ -10,7 +10,7 @@ import "context"
 // checkStart is Start's dry run: it reads the claim without taking the lease
 // and reports what Start would do.
 func (e *Engine) checkStart(ctx context.Context, w Who, imgs []Image) (*ClaimResult, error) {
-	prev, err := e.ReadClaim(ctx, w.Pool, w.VM)
+	prev, _, err := e.ClaimOf(ctx, w)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +58,7 @@ func (e *Engine) checkStart(ctx context.Context, w Who, imgs []Image) (*ClaimRes
 // fence (a hot-attach with disks in several clusters checks every claim
 // first).
 func (e *Engine) CheckAttach(ctx context.Context, w Who, imgs []Image) (*ClaimResult, error) {
-	prev, err := e.ReadClaim(ctx, w.Pool, w.VM)
+	prev, _, err := e.ClaimOf(ctx, w)
 	if err != nil {
 		return nil, err
 	}

@@ -9,13 +9,54 @@ import (
 	"time"
 )
 
-// ClaimObject is the RADOS object that holds VM vm's claim.
+// ClaimObject is the RADOS object that holds VM vm's claim: the VM's
+// object, in the claim pool. It holds the claim of one VM vm (Claim.Stime
+// says which: another OpenNebula installation sharing the claim pool, or an
+// earlier database of the same front-end, has a VM vm too); a VM whose
+// object holds another VM's claim keeps its own in ClaimObjectOf.
 func ClaimObject(vm int) string { return "rbdfence.vm." + strconv.Itoa(vm) }
+
+// ClaimObjectOf is the object of the claim of VM vm created at stime (its
+// STIME in oned), used when ClaimObject holds another VM's claim.
+func ClaimObjectOf(vm int, stime int64) string {
+	return ClaimObject(vm) + "." + strconv.FormatInt(stime, 10)
+}
+
+// ParseClaimObject returns the VM id and STIME (0 for ClaimObject) a claim
+// object's name is for; ok is false for any other object.
+func ParseClaimObject(oid string) (vm int, stime int64, ok bool) {
+	rest, found := strings.CutPrefix(oid, "rbdfence.vm.")
+	if !found {
+		return 0, 0, false
+	}
+	id, st, two := strings.Cut(rest, ".")
+	vm, err := strconv.Atoi(id)
+	if err != nil || vm < 0 || strconv.Itoa(vm) != id {
+		return 0, 0, false
+	}
+	if !two {
+		return vm, 0, true
+	}
+	stime, err = strconv.ParseInt(st, 10, 64)
+	if err != nil || stime <= 0 || strconv.FormatInt(stime, 10) != st {
+		return 0, 0, false
+	}
+	return vm, stime, true
+}
 
 // Claim is the per-VM record kept in the claim object: which deploy of the VM
 // may run, where, and the client addresses of the instance that runs.
 type Claim struct {
 	VM int `json:"vm"`
+	// Stime identifies the VM the claim is for with VM: its STIME, when
+	// oned created it (release-7.4.0 src/vm/VirtualMachine.cc:56, constant
+	// for the VM's life), as oned reports it (/VM/STIME) and writes it into
+	// every deployment file (<one:stime>, src/vmm/LibVirtDriverKVM.cc:
+	// 2826-2828; release-6.10.5 :2315-2317). VM ids are per oned: another
+	// installation sharing the claim pool, or the same front-end rebuilt
+	// with a fresh database, has a VM of the same id with another STIME.
+	// 0: written by a version (or a step) that did not know it.
+	Stime int64 `json:"stime,omitempty"`
 	// Seq is OpenNebula's HISTORY SEQ of the deploy; -1 when unknown (hook only).
 	Seq int `json:"seq"`
 	// Host is where the admitted instance runs (or is starting).
@@ -181,6 +222,20 @@ type Who struct {
 	// Restore: the start is OpenNebula's restore (`onevm resume` of a
 	// SUSPENDED VM), which only wakes a guest that suspended itself to RAM.
 	Restore bool
+	// Stime is the VM's STIME (Claim.Stime): the front-end's from oned or
+	// the deployment file, the hook's from the domain XML; 0 when unknown.
+	Stime int64
+	// History is the VM's placements as oned has them (its HISTORY
+	// records), when the front-end knows them: a claim an older version
+	// wrote is the VM's when one of them is the claim's deploy on the
+	// claim's host (see belongs).
+	History []Placement
+}
+
+// Placement is one HISTORY record of a VM: deploy Seq on Host.
+type Placement struct {
+	Seq  int    `json:"seq"`
+	Host string `json:"host"`
 }
 
 // Domain is libvirt's answer about the VM's domain (one-<VM>) on a host.

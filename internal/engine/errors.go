@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -93,4 +94,23 @@ type DomainUnknownError struct {
 func (e *DomainUnknownError) Error() string {
 	return fmt.Sprintf("VM %d: cannot tell whether %s still runs on %s: libvirt %s; not fencing its recorded instance and not starting another copy: retry once libvirt answers on %s ('virsh -r domstate %s')",
 		e.VM, e.Domain, e.Host, e.Said, e.Host, e.Domain)
+}
+
+// OtherVMError: the claim read is another VM's of the same id (another
+// OpenNebula installation sharing the claim pool, an earlier database of
+// the same front-end): not this VM's. The engine then uses the object of
+// this VM's identity (ClaimObjectOf); an operator sees it from claim reset.
+type OtherVMError struct {
+	VM       int
+	Stime    int64
+	Recorded Claim
+}
+
+func (e *OtherVMError) Error() string {
+	other := "written by an older rbdfence, not shown to be this VM's"
+	if e.Recorded.Stime != 0 {
+		other = "of the VM " + strconv.Itoa(e.VM) + " created at " + deployTime(e.Recorded.Stime)
+	}
+	return fmt.Sprintf("VM %d (created at %s): the claim in its object is another VM's (%s; deploy #%d on %s): another OpenNebula installation sharing the claim pool, or an earlier database; it is not read, fenced from or reset as this VM's",
+		e.VM, deployTime(e.Stime), other, e.Recorded.Seq, e.Recorded.Host)
 }

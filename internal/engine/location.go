@@ -24,7 +24,10 @@ const DefaultClaimPool = "one"
 // nothing moved). A claim pool that cannot be read is an error that says
 // what to do.
 func (e *Engine) MoveClaim(ctx context.Context, w Who, legacy []string) (string, error) {
-	oid := ClaimObject(w.VM)
+	oid, err := e.locate(ctx, w)
+	if err != nil {
+		oid = ClaimObject(w.VM) // the message below says what to do
+	}
 	data, _, err := e.c.ReadObject(ctx, w.Pool, oid)
 	switch {
 	case err == nil && len(data) > 0:
@@ -47,7 +50,7 @@ func (e *Engine) MoveClaim(ctx context.Context, w Who, legacy []string) (string,
 	}
 	var olds []found
 	for _, p := range from {
-		d, _, err := e.c.ReadObject(ctx, p, oid)
+		d, _, err := e.c.ReadObject(ctx, p, ClaimObject(w.VM))
 		if errors.Is(err, ErrObjectNotFound) || (err == nil && len(d) == 0) {
 			continue
 		}
@@ -85,13 +88,14 @@ func (e *Engine) MoveClaim(ctx context.Context, w Who, legacy []string) (string,
 	for _, o := range olds {
 		// Empty each legacy copy under its lease, if it is still the
 		// version we read (a copy that changed meanwhile stays).
-		if e.c.AcquireLease(ctx, o.pool, oid, w.cookie(), e.o.Lease) != nil {
+		lid := ClaimObject(w.VM)
+		if e.c.AcquireLease(ctx, o.pool, lid, w.cookie(), e.o.Lease) != nil {
 			continue
 		}
-		if d, _, err := e.c.ReadObject(ctx, o.pool, oid); err == nil && sameClaim(d, o.c) {
-			_ = e.c.ClearObject(ctx, o.pool, oid)
+		if d, _, err := e.c.ReadObject(ctx, o.pool, lid); err == nil && sameClaim(d, o.c) {
+			_ = e.c.ClearObject(ctx, o.pool, lid)
 		}
-		_ = e.c.ReleaseLease(context.WithoutCancel(ctx), o.pool, oid, w.cookie())
+		_ = e.c.ReleaseLease(context.WithoutCancel(ctx), o.pool, lid, w.cookie())
 	}
 	return moved, nil
 }

@@ -56,7 +56,7 @@ func (e *Engine) CloseWindow(ctx context.Context, w Who, imgs []Image, src, dst 
 // *NoHandoverError otherwise. It reads the claim without the lease and
 // changes nothing.
 func (e *Engine) AcceptIncoming(ctx context.Context, w Who) (*Window, error) {
-	prev, err := e.ReadClaim(ctx, w.Pool, w.VM)
+	prev, _, err := e.ClaimOf(ctx, w)
 	if err != nil {
 		return nil, err
 	}

@@ -8,13 +8,18 @@ import (
 )
 
 // ResetClaim empties the VM's claim under its lease: the operator's way out
-// of a claim that refuses every start (rbdfence claim reset, claim gc). It
+// of a claim that refuses every start (rbdfence claim reset, claim gc). With
+// w.Stime it is the claim of that VM (never another installation's VM of
+// the same id: a claim that is not shown to be its VM's is refused). It
 // refuses with a *ClaimHeldError while a run holds the lease (a start or a
 // migration step is under way) and returns the claim it removed (nil when
 // there was none; a corrupt claim is removed and returned as nil too).
 func (e *Engine) ResetClaim(ctx context.Context, w Who) (*Claim, error) {
-	oid := ClaimObject(w.VM)
-	release, err := e.takeLease(ctx, w)
+	oid, err := e.locate(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	release, err := e.takeLease(ctx, w, oid)
 	if err != nil {
 		return nil, err
 	}

@@ -143,6 +143,12 @@ type Fence struct {
 // (nil when there is none), ev the change asked. It is pure: the same
 // arguments always give the same Ready, and nothing outside is touched.
 func Transition(prev *Claim, ev Event) Ready {
+	if prev != nil && !belongs(prev, ev.Who) && ev.Op != OpReplace {
+		// The engine reads only w's VM's claim (locate); this is the
+		// rule it locates by, kept here so that no change ever decides
+		// on another VM's claim.
+		return Ready{Refusal: &OtherVMError{VM: ev.Who.VM, Stime: ev.Who.Stime, Recorded: *prev}}
+	}
 	var rd Ready
 	switch ev.Op {
 	case OpStart:
@@ -175,10 +181,53 @@ func Transition(prev *Claim, ev Event) Ready {
 	}
 	if rd.Next != nil {
 		carry(prev, &rd, ev.Allow)
+		if ev.Who.Stime != 0 {
+			rd.Next.Stime = ev.Who.Stime
+		} else if prev != nil {
+			rd.Next.Stime = prev.Stime
+		}
 		rd.Next.VM, rd.Next.Run, rd.Next.Updated = ev.Who.VM, ev.Who.Run, ev.Now.UTC()
 		ev.Who.mark(rd.Next)
 	}
 	return rd
+}
+
+// belongs reports whether claim c, read from VM w.VM's object, is the claim
+// of w's VM. A claim records the VM's identity (Claim.Stime); a step that
+// does not know it (w.Stime 0: a domain XML without OpenNebula's metadata)
+// takes the claim as its VM's (the admission rules still refuse a start
+// elsewhere while the claim says the VM runs there). A claim an older
+// version wrote (no Stime) may be another installation's, sharing the claim
+// pool: it is this VM's only on evidence that installation cannot have:
+//   - it was not written, and its instance not deployed, before the VM
+//     existed (then it is an earlier VM of the same id);
+//   - and the step runs on the claim's host by address (a host belongs to
+//     one oned), or the claim's instance is the step's domain (its
+//     deployment_time), or the claim's window is to this host, or oned's
+//     history of the VM holds the claim's deploy on the claim's host.
+//
+// Anything else is not read as this VM's, never fenced from, never reset.
+func belongs(c *Claim, w Who) bool {
+	switch {
+	case w.Stime == 0 || c.Stime == w.Stime:
+		return true
+	case c.Stime != 0:
+		return false
+	case !c.Updated.IsZero() && c.Updated.Unix() < w.Stime, c.Instance != 0 && c.Instance < w.Stime:
+		return false
+	case isHost(c.Host, c.HostAddrs, Who{HostIPs: w.HostIPs}):
+		return true
+	case c.Instance != 0 && c.Instance == w.Instance:
+		return true
+	case c.Window != nil && isHost(c.Window.Dst, nil, Who{HostIPs: w.HostIPs}):
+		return true
+	}
+	for _, p := range w.History {
+		if p.Seq == c.Seq && p.Host != "" && strings.EqualFold(p.Host, c.Host) {
+			return true
+		}
+	}
+	return false
 }
 
 // carry is the one rule every rewrite of a claim keeps: an address prev

@@ -59,7 +59,7 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 	}
 	learnInstance(ctx, cfg, req)
 	base := engine.Who{VM: req.VM, Seq: req.Seq, Host: req.Host, Source: req.Source, Run: req.Run, Incoming: req.Incoming, Instance: req.Instance,
-		Restore: req.Restore}
+		Restore: req.Restore, Stime: req.Stime, History: req.History}
 	// Ask libvirt (a virsh process) while Ceph connects; every group waits
 	// for the answer before its claim is read or anything is fenced.
 	answer := make(chan engine.Domain, 1)

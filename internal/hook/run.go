@@ -191,7 +191,7 @@ func (r *runner) prepare(ctx context.Context) (err error) {
 	defer cancel()
 	if dom.VMID >= 0 {
 		req := &hoststep.Request{Op: hoststep.OpStart, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks, Incoming: incoming,
-			Instance: dom.Instance()}
+			Instance: dom.Instance(), Stime: dom.Stime()}
 		if err := req.Validate(); err != nil {
 			return r.fail(outcome.Usage, err)
 		}
@@ -330,7 +330,7 @@ func (r *runner) migrate(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
 		defer cancel()
 		req := &hoststep.Request{Op: hoststep.OpIncoming, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks,
-			Instance: dom.Instance()}
+			Instance: dom.Instance(), Stime: dom.Stime()}
 		if err := req.Validate(); err != nil {
 			return r.fail(outcome.Usage, err)
 		}
@@ -422,7 +422,7 @@ func (r *runner) record(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
 	defer cancel()
 	req := &hoststep.Request{Op: hoststep.OpRecord, VM: dom.VMID, Seq: -1, Host: cfg.HostName, Source: Source, Run: r.run, Disks: dom.Disks, Incoming: incoming,
-		Instance: dom.Instance()}
+		Instance: dom.Instance(), Stime: dom.Stime()}
 	resp := bounded(ctx, cfg, func(ctx context.Context) *hoststep.Response { return fencer.Do(ctx, cfg, req) })
 	r.countRun(cfg, metricRecord, resp, nil)
 	if !resp.OK {

@@ -131,6 +131,17 @@ type Request struct {
 	// guest as already running; a version 1 host rejects it, so the
 	// front-end's version 1 retry leaves it out.
 	Restore bool `json:"restore,omitempty"`
+	// Stime is the VM's STIME (engine.Who.Stime): with the VM id it names
+	// the VM among every OpenNebula installation sharing the claim pool.
+	// The front-end sends oned's (or the deployment file's), the hook its
+	// domain XML's. Absent: unknown (an older front-end), the VM's object is
+	// used as before. Ignored by hosts that do not know it (version 2 and
+	// 3); a version 1 host rejects it (the version 1 retry leaves it out).
+	Stime int64 `json:"stime,omitempty"`
+	// History is the VM's HISTORY records as oned has them (engine.Who.History):
+	// a claim an older version wrote is adopted as the VM's when it holds
+	// one of them. Only the front-end knows it.
+	History []engine.Placement `json:"history,omitempty"`
 }
 
 // PeerVersion is the version the request was written in.

@@ -3,6 +3,8 @@
 package disks
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -84,4 +86,103 @@ func TestLegacyClaimMoved(t *testing.T) {
 	if old := readClaim(t, c, xtraPool, vm); old != nil {
 		t.Fatalf("legacy copy in %s not emptied: %+v", xtraPool, old)
 	}
+}
+
+// installReq is a host-step request as a front-end of this version sends
+// it: JSON with the VM's STIME (and oned's history), read as the host reads
+// it. (Written as JSON so that the same test runs against versions that
+// ignore the fields.)
+func installReq(t *testing.T, f map[string]any) *hoststep.Request {
+	t.Helper()
+	f["version"], f["run"] = hoststep.Version, run()
+	b, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := hoststep.ReadRequest(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+// TestTwoInstallationsShareClaimPool (issue 18 item 4): prod and staging
+// (two OpenNebula installations, or a front-end rebuilt with a fresh
+// database) share one Ceph cluster and its default claim pool; each has a
+// VM of the same id, each created at its own time (STIME). Prod's runs
+// deploy #5, its client recorded. Staging's first deploy #0 must be
+// admitted (not "older than deploy #5"), and neither it nor a later deploy
+// of staging's VM may fence prod's running VM; prod's claim stays as it
+// is. A claim an older rbdfence wrote (no identity) is adopted only by the
+// VM oned shows it is for.
+func TestTwoInstallationsShareClaimPool(t *testing.T) {
+	c := testenv.StartCeph(t)
+	vm := newVM()
+	const prodStime, stgStime = int64(1700000000), int64(1760000000)
+	prodDisk := adminDisk(c, "0", c.NewImage(t, "prod"))
+	stgDisk := adminDisk(c, "0", c.NewImage(t, "stg"))
+	prodHost := hostConfig(t, c, "127.0.0.1")
+	stgHost := hostConfig(t, c, "192.0.2.61")
+	disks := func(d vmdisk.Disk) []vmdisk.Disk { return []vmdisk.Disk{d} }
+
+	step(t, prodHost, installReq(t, map[string]any{"op": "start", "vm": vm, "seq": 5, "host": "kvm1", "source": "frontend", "disks": disks(prodDisk), "stime": prodStime}))
+	zp := testenv.StartZombie(t, c, prodDisk.Pool+"/"+prodDisk.Name, "write")
+	zp.WaitWrite(t, true, 30*time.Second)
+	step(t, prodHost, installReq(t, map[string]any{"op": "record", "vm": vm, "seq": 5, "host": "kvm1", "source": "frontend", "disks": disks(prodDisk), "stime": prodStime}))
+
+	for _, d := range []struct {
+		seq  int
+		host string
+	}{{0, "kvm1"}, {7, "kvm2"}} {
+		resp := fencer.Do(ctxT(t), stgHost, installReq(t, map[string]any{"op": "start", "vm": vm, "seq": d.seq, "host": d.host, "source": "frontend", "disks": disks(stgDisk), "stime": stgStime}))
+		if !resp.OK {
+			t.Fatalf("staging's deploy #%d of its VM %d on %s: %s (%s)", d.seq, vm, d.host, resp.Error, resp.Kind)
+		}
+		if resp.Report != nil && resp.Report.Fenced > 0 {
+			t.Fatalf("staging's deploy #%d fenced: %+v", d.seq, resp.Report)
+		}
+	}
+	notBlocklisted(t, c, addr(t, zp))
+	zp.WaitWrite(t, true, 30*time.Second)
+	if cl := readClaim(t, c, engine.DefaultClaimPool, vm); cl == nil || cl.Seq != 5 || cl.Host != "kvm1" || !hasAddr(cl.Addrs, addr(t, zp)) {
+		t.Fatalf("prod's claim of VM %d changed: %+v", vm, cl)
+	}
+}
+
+// TestOlderClaimAdoptedOnlyByItsVM (issue 18 item 4, the upgrade): a claim
+// an older rbdfence wrote in the shared claim pool (no identity) records
+// the client of staging's running VM on its host kvm9. Prod's VM of the
+// same id (oned shows it never ran on kvm9) is deployed: the old claim is
+// not read as its own, not fenced from, not touched. Staging's VM (oned's
+// history has that deploy on kvm9) then records its instance: the old claim
+// is its own and keeps what it recorded.
+func TestOlderClaimAdoptedOnlyByItsVM(t *testing.T) {
+	c := testenv.StartCeph(t)
+	const prodStime, stgStime = int64(1700000000), int64(1760000000)
+	prodDisk := adminDisk(c, "0", c.NewImage(t, "prod"))
+	stgDisk := adminDisk(c, "0", c.NewImage(t, "stg"))
+	prodHost := hostConfig(t, c, "127.0.0.1")
+	stgHost := hostConfig(t, c, "192.0.2.61")
+	disks := func(d vmdisk.Disk) []vmdisk.Disk { return []vmdisk.Disk{d} }
+	vm2 := newVM()
+	zs := testenv.StartZombie(t, c, stgDisk.Pool+"/"+stgDisk.Name, "write")
+	zs.WaitWrite(t, true, 30*time.Second)
+	zsAddr, _ := engine.ParseAddr(zs.Addr)
+	putObject(t, c, engine.DefaultClaimPool, engine.ClaimObject(vm2), map[string]any{"vm": vm2, "seq": 3, "host": "kvm9", "source": "frontend", "state": "running",
+		"addrs": []string{zsAddr.String()}, "run": "old", "updated": time.Unix(stgStime+3600, 0).UTC()})
+	resp := fencer.Do(ctxT(t), prodHost, installReq(t, map[string]any{"op": "start", "vm": vm2, "seq": 3, "host": "kvm2", "source": "frontend", "disks": disks(prodDisk),
+		"stime": prodStime + 10, "history": []map[string]any{{"seq": 3, "host": "kvm2"}}}))
+	if !resp.OK {
+		t.Fatalf("prod's deploy of VM %d next to an older version's claim: %s (%s)", vm2, resp.Error, resp.Kind)
+	}
+	notBlocklisted(t, c, zsAddr.String())
+	if cl := readClaim(t, c, engine.DefaultClaimPool, vm2); cl == nil || cl.Host != "kvm9" || cl.Stime != 0 {
+		t.Fatalf("the older version's claim was touched: %+v", cl)
+	}
+	step(t, stgHost, installReq(t, map[string]any{"op": "record", "vm": vm2, "seq": 3, "host": "kvm9", "source": "frontend", "disks": disks(stgDisk),
+		"stime": stgStime, "history": []map[string]any{{"seq": 3, "host": "kvm9"}}}))
+	if cl := readClaim(t, c, engine.DefaultClaimPool, vm2); cl == nil || cl.Host != "kvm9" || cl.Stime != stgStime || !hasAddr(cl.Recorded(), zsAddr.String()) {
+		t.Fatalf("staging's VM must adopt the older version's claim: %+v", cl)
+	}
+	zs.WaitWrite(t, true, 30*time.Second)
 }
