@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -32,6 +33,13 @@ type VMInfo struct {
 	HostID     int
 	Seq        int
 	SystemDSID int
+	// Stime is /VM/STIME: when oned created the VM (constant; with the id
+	// it names the VM among installations, engine.Claim.Stime). 0 when
+	// absent.
+	Stime int64
+	// History is every HISTORY record one.vm.info lists (pool calls only
+	// the last), in SEQ order.
+	History []Placement
 	// TMMadSystem is TEMPLATE/TM_MAD_SYSTEM: the system datastore's transfer
 	// driver (e.g. "ceph", "ssh", "shared").
 	TMMadSystem string
@@ -39,6 +47,12 @@ type VMInfo struct {
 	Disks []vmdisk.Disk
 	// Skipped are the DISKs that are not RBD images opened by QEMU.
 	Skipped []SkippedDisk
+}
+
+// Placement is one HISTORY record: deploy Seq on the host named Host.
+type Placement struct {
+	Seq  int
+	Host string
 }
 
 // SkippedDisk is a DISK that rbdfence does not check, and why.
@@ -105,6 +119,13 @@ func vmFromNode(n *xnode) (*VMInfo, error) {
 	if info.LCMState, err = intChild(n, "LCM_STATE", true); err != nil {
 		return nil, fmt.Errorf("VM %d: %w", id, err)
 	}
+	if st := n.child("STIME"); st != nil {
+		v, err := strconv.ParseInt(strings.TrimSpace(st.text), 10, 64)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("VM %d: STIME %q is not a time", id, clip(st.text))
+		}
+		info.Stime = v
+	}
 	if err := readHistory(n, info); err != nil {
 		return nil, fmt.Errorf("VM %d: %w", id, err)
 	}
@@ -149,6 +170,11 @@ func readHistory(n *xnode, info *VMInfo) error {
 		if seq < 0 {
 			return fmt.Errorf("HISTORY: SEQ %d is negative", seq)
 		}
+		p := Placement{Seq: seq}
+		if hn := h.child("HOSTNAME"); hn != nil {
+			p.Host = strings.TrimSpace(hn.text)
+		}
+		info.History = append(info.History, p)
 		if seq < info.Seq {
 			continue
 		}
@@ -161,11 +187,9 @@ func readHistory(n *xnode, info *VMInfo) error {
 			return fmt.Errorf("HISTORY %d: %w", seq, err)
 		}
 		info.Seq, info.HostID, info.SystemDSID = seq, hid, ds
-		info.Host = ""
-		if hn := h.child("HOSTNAME"); hn != nil {
-			info.Host = strings.TrimSpace(hn.text)
-		}
+		info.Host = p.Host
 	}
+	sort.Slice(info.History, func(i, j int) bool { return info.History[i].Seq < info.History[j].Seq })
 	return nil
 }
 

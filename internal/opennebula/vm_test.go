@@ -33,6 +33,7 @@ func TestParseVMFixtures(t *testing.T) {
 			want: VMInfo{
 				ID: 42, Name: "web-42", State: 3, LCMState: 3,
 				Host: "node2", HostID: 2, Seq: 1, SystemDSID: 101, TMMadSystem: "ceph",
+				Stime: 1714550000, History: []Placement{{0, "node1"}, {1, "node2"}},
 				Disks: []vmdisk.Disk{
 					{ID: "0", Pool: "one", Name: "one-7-42-0", Monitors: mons42, User: "libvirt",
 						Keyring: "/etc/ceph/ceph.client.libvirt.keyring", Conf: "/etc/ceph/ceph.conf"},
@@ -48,6 +49,7 @@ func TestParseVMFixtures(t *testing.T) {
 			want: VMInfo{
 				ID: 43, Name: "batch-43", State: 3, LCMState: 3,
 				Host: "node3", HostID: 3, Seq: 0, SystemDSID: 0, TMMadSystem: "ssh",
+				Stime: 1714550000, History: []Placement{{0, "node3"}},
 				Skipped: []SkippedDisk{
 					{ID: "0", Reason: "TM_MAD_SYSTEM=ssh: QEMU opens a local copy (TYPE=FILE)"},
 					{ID: "1", Reason: "TM_MAD_SYSTEM=ssh: QEMU opens a local copy (TYPE=FILE)"},
@@ -58,7 +60,7 @@ func TestParseVMFixtures(t *testing.T) {
 			file: "vm-44-pending.xml",
 			want: VMInfo{
 				ID: 44, Name: "pending-44", State: 1, LCMState: 0,
-				HostID: -1, Seq: -1, SystemDSID: -1,
+				HostID: -1, Seq: -1, SystemDSID: -1, Stime: 1714550000,
 				Disks: []vmdisk.Disk{{ID: "0", Pool: "one", Name: "one-9-44-0", User: "libvirt"}},
 			},
 		},
@@ -67,6 +69,7 @@ func TestParseVMFixtures(t *testing.T) {
 			want: VMInfo{
 				ID: 45, Name: "db & cache", State: 8, LCMState: 0,
 				Host: "node4", HostID: 4, Seq: 4, SystemDSID: 0, TMMadSystem: "shared",
+				Stime: 1714550000, History: []Placement{{4, "node4"}},
 				Disks: []vmdisk.Disk{{ID: "0", Pool: "rbd", Namespace: "tenants", Name: "one-31-45-0",
 					Monitors: []string{"mon1:6789", "mon2:3300", "[2001:db8::7]:6789"}, User: "oneadmin"}},
 				Skipped: []SkippedDisk{
@@ -242,6 +245,9 @@ func TestParseVMHistory(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.name == "highest SEQ wins, not the last" && !reflect.DeepEqual(got.History, []Placement{{1, "n2"}, {2, "n3"}}) {
+				t.Errorf("history %+v, want every record in SEQ order", got.History)
 			}
 			if got.Host != tc.host || got.HostID != tc.hid || got.Seq != tc.seq || got.SystemDSID != tc.ds {
 				t.Errorf("got host %q hid %d seq %d ds %d, want %q %d %d %d", got.Host, got.HostID, got.Seq, got.SystemDSID, tc.host, tc.hid, tc.seq, tc.ds)
