@@ -164,6 +164,7 @@ func (e *Env) checkAttach(ctx context.Context, a AttachArgs, vm *opennebula.VMIn
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(e.Cfg.Timeouts.Total))
 	defer cancel()
 	req := &hoststep.Request{Op: hoststep.OpAttach, VM: a.VM, Seq: vm.Seq, Host: a.Host, Run: run, Source: engine.SourceFrontend, Disks: disks}
+	identify(req, vm)
 	e.Log.Info("checking %d hot-attached RBD image(s) of VM %d on %s (run %s)", len(disks), a.VM, a.Host, run)
 	resp, err := e.hostStep(ctx, a.Host, req, anywhere)
 	if err != nil {
@@ -195,6 +196,7 @@ func (e *Env) checkAttach(ctx context.Context, a AttachArgs, vm *opennebula.VMIn
 // the attach has succeeded.
 func (e *Env) recordAttached(ctx context.Context, a AttachArgs, vm *opennebula.VMInfo, disks []vmdisk.Disk, run string) {
 	req := &hoststep.Request{Op: hoststep.OpRecord, VM: a.VM, Seq: vm.Seq, Host: a.Host, Run: run, Source: engine.SourceFrontend, Disks: disks}
+	identify(req, vm)
 	resp, err := e.hostStep(ctx, a.Host, req, onHost)
 	if err == nil && !resp.OK {
 		err = errors.New(resp.Error)

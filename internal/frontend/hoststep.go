@@ -40,7 +40,8 @@ func (e *Env) hostStep(ctx context.Context, host string, req *hoststep.Request, 
 		e.Log.Info("host %s runs rbdfence host step protocol version 1, this front-end version %d: asking again in version 1; to upgrade the host, %s",
 			host, hoststep.Version, hoststep.Fix)
 		v.Version = 0
-		v.Instance = 0 // a version 1 host rejects every field it does not know
+		// a version 1 host rejects every field it does not know
+		v.Instance, v.Restore, v.Stime, v.History = 0, false, 0, nil
 		resp, err = e.hostStepOnce(ctx, host, &v, pl)
 	}
 	return resp, err

@@ -45,6 +45,7 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 	}
 	req := &hoststep.Request{Op: op, VM: a.VM, Seq: m.vm.Seq, Host: host, Src: a.Src, Dst: a.Dst, Run: m.run,
 		Source: engine.SourceFrontend, Disks: m.vm.Disks}
+	identify(req, m.vm)
 	ctx, cancel := e.stepContext(ctx)
 	defer cancel()
 	resp, err := e.hostStep(ctx, host, req, pl)

@@ -31,6 +31,8 @@ type StartInput struct {
 	// deployment file's <one:deployment_time> (engine.Claim.Instance); 0
 	// when unknown (a restore: the hook records the checkpoint's).
 	Instance int64
+	// Restore: the start is OpenNebula's restore (hoststep.Request.Restore).
+	Restore bool
 }
 
 // StartResult is what a prestart did.
@@ -138,9 +140,23 @@ func (e *Env) prepareStart(ctx context.Context, in StartInput) (*StartResult, *h
 	}
 
 	req := &hoststep.Request{Op: hoststep.OpStart, VM: in.VM, Seq: res.Seq, Host: res.Host, Run: res.Run,
-		Source: engine.SourceFrontend, Disks: vm.Disks, Instance: in.Instance}
+		Source: engine.SourceFrontend, Disks: vm.Disks, Instance: in.Instance, Restore: in.Restore}
+	identify(req, vm)
 	e.Log.Info("checking %d RBD image(s) of VM %d for deploy #%d on %s (run %s)", len(vm.Disks), in.VM, res.Seq, res.Host, res.Run)
 	return res, req, nil
+}
+
+// identify names the VM in req as oned knows it (engine.Claim.Stime): its
+// STIME, and its HISTORY records, by which a claim an older rbdfence wrote
+// is adopted as this VM's.
+func identify(req *hoststep.Request, vm *opennebula.VMInfo) {
+	if vm == nil {
+		return
+	}
+	req.Stime, req.History = vm.Stime, nil
+	for _, p := range vm.History {
+		req.History = append(req.History, engine.Placement{Seq: p.Seq, Host: p.Host})
+	}
 }
 
 // finishStart takes the start step's answer (resp, or the error that no

@@ -63,7 +63,7 @@ func Restore(ctx context.Context, e *Env, args []string, stdin io.Reader) error 
 		return errorf(outcome.Usage, a.VM, "VM %d: stdin is a <%s> document, want <VMM_DRIVER_ACTION_DATA>; nothing was restored", a.VM, clip(root))
 	}
 	pctx, cancel := context.WithTimeout(ctx, time.Duration(e.Cfg.Timeouts.Oned))
-	res, req, err := e.prepareStart(pctx, StartInput{VM: a.VM, Host: a.Host, Seq: -1})
+	res, req, err := e.prepareStart(pctx, StartInput{VM: a.VM, Host: a.Host, Seq: -1, Restore: true})
 	cancel()
 	if err != nil {
 		return err

@@ -92,7 +92,7 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 	}
 	rec := v
 	rec.Op = hoststep.OpRecord
-	rec.Instance = 0 // as recordInstance's: the claim keeps the start's
+	rec.Instance, rec.Restore = 0, false // as recordInstance's: the claim keeps the start's
 	recBody, err := json.Marshal(&rec)
 	if err != nil {
 		return -1, false, errorf(outcome.Failure, vm, "VM %d: encoding the record request: %v", vm, err)
@@ -361,6 +361,7 @@ func (e *Env) recordInstance(ctx context.Context, res *StartResult) {
 	}
 	req := &hoststep.Request{Op: hoststep.OpRecord, VM: res.VM.ID, Seq: res.Seq, Host: res.Host, Run: res.Run,
 		Source: engine.SourceFrontend, Disks: res.VM.Disks}
+	identify(req, res.VM)
 	resp, err := e.hostStep(ctx, res.Host, req, onHost)
 	if err == nil && !resp.OK {
 		err = errors.New(resp.Error)
