@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,21 +21,28 @@ import (
 	"github.com/rbdfence/rbdfence/test/testenv"
 )
 
-// TestClaimResetAndGC (issue 11 item 10) on the real cluster with the oned
-// stand-in: gc lists only the claims of VMs oned reports DONE or does not
-// know and changes nothing without --apply; reset refuses while a run
-// holds the claim's lease, and otherwise empties the claim, writes the
-// audit log and raises an event on the VM; gc --apply resets what it listed.
+// TestClaimResetAndGC (issue 11 item 10, issue 18 item 4) on the real
+// cluster with the oned stand-in: gc collects only the claims of this
+// installation's VMs that oned reports DONE (oned knows the VM with the
+// claim's STIME) and changes nothing without --apply; a claim of a VM oned
+// does not know, another installation's claim of a VM of the same id, and a
+// claim an older version wrote that is not shown to be the VM's are never
+// reset. reset refuses while a run holds the claim's lease, and otherwise
+// empties this installation's VM's claim only, writes the audit log and
+// raises an event on the VM; gc --apply resets what it collects.
 func TestClaimResetAndGC(t *testing.T) {
 	c := testenv.StartCeph(t)
 	base := int(time.Now().UnixNano()%100000) * 10
-	live, done, gone := base+1, base+2, base+3
+	live, done, gone, shared, old := base+1, base+2, base+3, base+4, base+5
+	const ours, theirs = int64(1714550000), int64(1760000000) // onedsim's STIME; another installation's
 	sim := onedsim.New("oneadmin:claimpw")
 	if err := sim.Put(onedsim.VM{ID: live, Host: "hostA", Seq: 4}); err != nil {
 		t.Fatal(err)
 	}
-	if err := sim.Put(onedsim.VM{ID: done, Host: "hostB", Seq: 2, State: onedsim.StateDone}); err != nil {
-		t.Fatal(err)
+	for _, id := range []int{done, shared, old} {
+		if err := sim.Put(onedsim.VM{ID: id, Host: "hostB", Seq: 2, State: onedsim.StateDone}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := sim.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -58,9 +66,13 @@ func TestClaimResetAndGC(t *testing.T) {
 	}
 	t.Cleanup(cl.Close)
 	eng := engine.New(cl, engine.Options{})
-	for _, id := range []int{live, done, gone} {
-		w := engine.Who{VM: id, Seq: 2, Host: "hostB", Source: engine.SourceFrontend, Run: "t", Pool: c.Pool}
-		if err := eng.WriteClaim(ctx, w, engine.Claim{Seq: 2, Host: "hostB", Source: engine.SourceFrontend, State: engine.StateRunning}); err != nil {
+	for _, cl := range []engine.Claim{{VM: live, Stime: ours}, {VM: done, Stime: ours}, {VM: gone, Stime: ours}, {VM: shared, Stime: theirs}, {VM: old, Seq: 9, Host: "hostX"}} {
+		w := engine.Who{VM: cl.VM, Seq: 2, Host: "hostB", Source: engine.SourceFrontend, Run: "t", Pool: c.Pool}
+		if cl.Host == "" {
+			cl.Seq, cl.Host = 2, "hostB"
+		}
+		cl.Source, cl.State = engine.SourceFrontend, engine.StateRunning
+		if err := eng.WriteClaim(ctx, w, cl); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -96,16 +108,32 @@ func TestClaimResetAndGC(t *testing.T) {
 		return m
 	}
 
-	// Dry run: done and gone listed, live not; nothing changes.
+	// Dry run: done to collect; gone and old listed, never collected;
+	// live and shared (another installation's VM) not listed; nothing
+	// changes.
 	m := gcList()
-	if m[done].Reason != "DONE in oned" || m[gone].Reason != "unknown to oned" || m[done].Reset || m[gone].Reset {
-		t.Fatalf("gc dry run: %+v", m)
+	if m[done].Reason != "DONE in oned" || !m[done].Collect || m[done].Reset {
+		t.Fatalf("gc dry run, a DONE VM's claim: %+v", m[done])
 	}
-	if _, ok := m[live]; ok {
-		t.Fatalf("gc listed the claim of a live VM: %+v", m[live])
+	if !strings.Contains(m[gone].Reason, "unknown to this installation's oned") || m[gone].Collect ||
+		!strings.Contains(m[old].Reason, "older rbdfence") || m[old].Collect {
+		t.Fatalf("gc dry run must list, not collect, the unknown VM's and the older version's claims: %+v %+v", m[gone], m[old])
+	}
+	for _, id := range []int{live, shared} {
+		if _, ok := m[id]; ok {
+			t.Fatalf("gc listed VM %d's claim: %+v", id, m[id])
+		}
 	}
 	if claimOf(done) == nil || claimOf(gone) == nil {
 		t.Fatal("a dry run reset a claim")
+	}
+	// reset names this installation's VM: another installation's claim of
+	// a VM of the same id is not touched.
+	if code, out, stderr := cli("claim", "reset", "--vm", fmt.Sprint(shared)); code != 0 || !strings.Contains(out, "had no claim") {
+		t.Fatalf("reset of VM %d, whose object holds another installation's claim: exit %d: %s%s", shared, code, out, stderr)
+	}
+	if got := claimOf(shared); got == nil || got.Stime != theirs {
+		t.Fatalf("the other installation's claim was touched: %+v", got)
 	}
 
 	// A run holds live's lease: reset is refused (exit 4) and changes nothing.
@@ -130,7 +158,7 @@ func TestClaimResetAndGC(t *testing.T) {
 		t.Fatalf("claim after reset: %+v", got)
 	}
 	recs, _, err := audit.Read(auditLog)
-	if err != nil || len(recs) != 1 || recs[0].VM != live || recs[0].Op != "claim-reset" || recs[0].Host != "hostB" {
+	if err != nil || len(recs) != 2 || recs[1].VM != live || recs[1].Op != "claim-reset" || recs[1].Host != "hostB" {
 		t.Fatalf("audit log after reset: %+v %v", recs, err)
 	}
 	ut, _ := sim.UserTemplate(live)
@@ -138,13 +166,23 @@ func TestClaimResetAndGC(t *testing.T) {
 		t.Fatalf("the reset must raise an event on VM %d: %s", live, ut.String())
 	}
 
-	// gc --apply resets what it listed.
+	// gc --apply resets what it collects, nothing else.
 	m = gcList("--apply")
-	if !m[done].Reset || !m[gone].Reset {
+	if !m[done].Reset || m[gone].Reset || m[old].Reset {
 		t.Fatalf("gc --apply: %+v", m)
 	}
-	if claimOf(done) != nil || claimOf(gone) != nil {
-		t.Fatal("gc --apply left a claim")
+	if claimOf(done) != nil || claimOf(gone) == nil || claimOf(old) == nil || claimOf(shared) == nil {
+		t.Fatal("gc --apply reset the wrong claims")
+	}
+	// The operator says the older version's claim is this installation's.
+	if code, out, stderr := cli("claim", "reset", "--vm", fmt.Sprint(old), "--legacy"); code != 0 || !strings.Contains(out, "removed") || claimOf(old) != nil {
+		t.Fatalf("reset --legacy: exit %d: %s%s", code, out, stderr)
+	}
+	if code, _, stderr := cli("claim", "reset", "--vm", fmt.Sprint(shared), "--legacy"); code != outcome.Usage.Code() || claimOf(shared) == nil {
+		t.Fatalf("reset --legacy of a claim this version wrote: exit %d: %s", code, stderr)
+	}
+	for _, id := range []int{gone, shared} {
+		_ = exec.Command("rados", "-c", c.AdminConf, "-p", c.Pool, "rm", engine.ClaimObject(id)).Run()
 	}
 	if code, _, stderr := cli("claim", "gc", "--vm", "1"); code != outcome.Usage.Code() {
 		t.Fatalf("gc --vm: exit %d: %s", code, stderr)

@@ -3,32 +3,28 @@ package ceph
 import (
 	"context"
 	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/rbdfence/rbdfence/internal/engine"
 )
 
-// ClaimVMs returns the ids of the VMs that have a claim object
-// (engine.ClaimObject) in pool, sorted.
+// ClaimObjects returns the names of the claim objects in pool, sorted:
+// every VM's object (engine.ClaimObject) and every object of a VM's
+// identity (engine.ClaimObjectOf).
 // Similar To: rados -p POOL ls | grep '^rbdfence.vm.'
-func (c *Cluster) ClaimVMs(ctx context.Context, pool string) ([]int, error) {
-	prefix := strings.TrimSuffix(engine.ClaimObject(0), "0")
-	return call(ctx, func() ([]int, error) {
+func (c *Cluster) ClaimObjects(ctx context.Context, pool string) ([]string, error) {
+	return call(ctx, func() ([]string, error) {
 		io, err := c.conn.OpenIOContext(pool)
 		if err != nil {
 			return nil, err
 		}
 		defer io.Destroy()
-		var out []int
+		var out []string
 		err = io.ListObjects(func(oid string) {
-			if rest, ok := strings.CutPrefix(oid, prefix); ok {
-				if id, err := strconv.Atoi(rest); err == nil && id >= 0 && engine.ClaimObject(id) == oid {
-					out = append(out, id)
-				}
+			if _, _, ok := engine.ParseClaimObject(oid); ok {
+				out = append(out, oid)
 			}
 		})
-		sort.Ints(out)
+		sort.Strings(out)
 		return out, err
 	})
 }

@@ -212,6 +212,16 @@ func (e *Engine) claimAt(ctx context.Context, pool string, vm int, oid string) (
 	return &c, nil
 }
 
+// ReadClaimObject returns the claim in pool/oid (a ClaimObject or
+// ClaimObjectOf name), or nil when there is none, without a lease.
+func (e *Engine) ReadClaimObject(ctx context.Context, pool, oid string) (*Claim, error) {
+	vm, _, ok := ParseClaimObject(oid)
+	if !ok {
+		return nil, fmt.Errorf("%s is not a claim object", oid)
+	}
+	return e.claimAt(ctx, pool, vm, oid)
+}
+
 // ClaimOf returns w's VM's claim (nil when there is none) and the object
 // it is in, without a lease.
 func (e *Engine) ClaimOf(ctx context.Context, w Who) (*Claim, string, error) {

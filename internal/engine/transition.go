@@ -207,7 +207,10 @@ func Transition(prev *Claim, ev Event) Ready {
 //     history of the VM holds the claim's deploy on the claim's host.
 //
 // Anything else is not read as this VM's, never fenced from, never reset.
-func belongs(c *Claim, w Who) bool {
+func belongs(c *Claim, w Who) bool { return c.BelongsTo(w) }
+
+// BelongsTo reports whether c is the claim of w's VM (see belongs).
+func (c *Claim) BelongsTo(w Who) bool {
 	switch {
 	case w.Stime == 0 || c.Stime == w.Stime:
 		return true
