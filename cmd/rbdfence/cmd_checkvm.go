@@ -132,10 +132,11 @@ func checkVM(ctx context.Context, cfg *config.Config, vm *opennebula.VMInfo) vmC
 	defer s.Close()
 	pool := fencer.ClaimPool(cfg)
 	var res *engine.ClaimResult
+	who := engine.Who{VM: vm.ID, Seq: vm.Seq, Host: vm.Host, Source: engine.SourceCLI, Run: audit.NewRunID(), Pool: pool, Stime: vm.Stime}
 	if r.Running {
-		res, err = s.Engine.CheckRunning(ctx, pool, vm.ID, groups[0].Images)
+		res, err = s.Engine.CheckRunning(ctx, who, groups[0].Images)
 	} else {
-		res, err = s.Engine.Start(ctx, engine.Who{VM: vm.ID, Seq: vm.Seq, Host: vm.Host, Source: engine.SourceCLI, Run: audit.NewRunID(), Pool: pool}, groups[0].Images, true)
+		res, err = s.Engine.Start(ctx, who, groups[0].Images, true)
 	}
 	if res != nil {
 		r.Report = res.Report

@@ -66,10 +66,10 @@ func (e *Engine) CheckAttach(ctx context.Context, w Who, imgs []Image) (*ClaimRe
 }
 
 // CheckRunning reports, without a lease and without changing anything, the
-// clients of a running VM's images: the addresses its claim records for the
-// running instance are "instance", every other client "would-fence".
-func (e *Engine) CheckRunning(ctx context.Context, pool string, vm int, imgs []Image) (*ClaimResult, error) {
-	cl, err := e.ReadClaim(ctx, pool, vm)
+// clients of the running VM w's images: the addresses its claim records for
+// the running instance are "instance", every other client "would-fence".
+func (e *Engine) CheckRunning(ctx context.Context, w Who, imgs []Image) (*ClaimResult, error) {
+	cl, _, err := e.ClaimOf(ctx, w)
 	if err != nil {
 		return nil, err
 	}

@@ -424,7 +424,7 @@ func TestCheckRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	zombie := f.Open(im, "10.0.0.2", false)
-	res, err := e.CheckRunning(ctx, "one", 42, []engine.Image{im})
+	res, err := e.CheckRunning(ctx, who("h", -1, engine.SourceCLI), []engine.Image{im})
 	if err != nil {
 		t.Fatal(err)
 	}
