@@ -166,19 +166,22 @@ func (c *Claim) Recorded() []Addr {
 }
 
 // Same reports whether w and o are the same handover (one premigrate): the
-// same migration of the same deploy, opened by the same premigrate run. A
+// same migration, opened by the same premigrate run. A
 // VM with disks in several clusters has a window in each cluster's claim,
 // each opened at its own time by that one run: the hook's mark keeps one of
 // them and every cluster's claim must hold its own window of that run.
 // Windows of versions that did not record the run compare their open time.
 func (w *Window) Same(o *Window) bool {
-	if w == nil || o == nil || w.Src != o.Src || w.Dst != o.Dst || w.Seq != o.Seq || w.From != o.From {
+	if w == nil || o == nil || w.Src != o.Src || w.Dst != o.Dst || w.Seq != o.Seq {
 		return false
 	}
 	if w.Run != "" && o.Run != "" {
+		// The claims of two clusters may hold different deploys (a close
+		// step that ended after one cluster): From is each claim's own,
+		// checked against it by handover.
 		return w.Run == o.Run
 	}
-	return w.Opened.Equal(o.Opened)
+	return w.From == o.From && w.Opened.Equal(o.Opened)
 }
 
 // Claim states.

@@ -114,3 +114,18 @@ func (e *OtherVMError) Error() string {
 	return fmt.Sprintf("VM %d (created at %s): the claim in its object is another VM's (%s; deploy #%d on %s): another OpenNebula installation sharing the claim pool, or an earlier database; it is not read, fenced from or reset as this VM's",
 		e.VM, deployTime(e.Stime), other, e.Recorded.Seq, e.Recorded.Host)
 }
+
+// MigrationOpenError: a start by the hook (no deploy known) while the claim
+// holds a live migration's window that this start is not the handover of:
+// either copy may be the VM, so nothing is fenced.
+type MigrationOpenError struct {
+	VM       int
+	Host     string
+	Recorded Claim
+}
+
+func (e *MigrationOpenError) Error() string {
+	w := e.Recorded.Window
+	return fmt.Sprintf("VM %d: a live migration %s -> %s (deploy #%d) is open in its claim and this start on %s is not its handover: not fencing either copy and not starting another; "+
+		"if the migration ended, the next OpenNebula action on the VM settles it (or run 'onevm recover')", e.VM, w.Src, w.Dst, w.Seq, e.Host)
+}

@@ -5,3 +5,8 @@ import "time"
 // SetClockForModel replaces e's clock (the model-based test runs a virtual
 // clock so that windows expire when the model says time has passed).
 func SetClockForModel(e *Engine, now func() time.Time) { e.now = now }
+
+// SetTransitionForModel makes e decide with f instead of Transition (the
+// model's mutants break one rule of it to show the model finds the
+// violation).
+func SetTransitionForModel(e *Engine, f func(prev *Claim, ev Event) Ready) { e.transition = f }

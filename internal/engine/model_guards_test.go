@@ -30,15 +30,17 @@ func (w *world) hookMigrateBegin(o *stepOut, h int) error {
 	who := w.who(h, -1, engine.SourceHook)
 	who.Instance = w.hookInstance(h)
 	var win *engine.Window
-	_, err := w.call(o, -1, engine.SourceHook, "incoming", func(e *engine.Engine) (*engine.ClaimResult, error) {
-		var err error
-		win, err = e.AcceptIncoming(ctx, who)
+	_, err := w.call(o, -1, engine.SourceHook, "incoming", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
+		got, err := e.AcceptIncoming(ctx, who)
+		if c == 0 {
+			win = got // the hook's mark keeps the first cluster's (fencer mergeClaim)
+		}
 		return nil, err
 	})
 	if err != nil {
 		return err
 	}
-	w.hosts[h].mark, w.hosts[h].markAt, w.hosts[h].markWin = true, w.clock, win
+	w.hosts[h].mark, w.hosts[h].markAt, w.hosts[h].markWin, w.hosts[h].markUsed = true, w.clock, win, false
 	o.sayf("incoming migration accepted; mark set")
 	return nil
 }
@@ -68,8 +70,19 @@ func (w *world) domainActive(h int) bool {
 
 // libvirtAnswer is what the host step learns from libvirt about one-42 on
 // h (internal/fencer/running.go domainAnswer, internal/domstate).
+// libvirtd that does not answer is no answer (an error or a timeout of
+// virsh); the mutant libvirt-silence-absent takes it for "no such domain",
+// as the host step did before issue 18 (fencer.refuseRunning let the start
+// go on when virsh failed).
 func (w *world) libvirtAnswer(h int) engine.Domain {
-	if w.domainActive(h) {
+	switch {
+	case w.hosts[h].silent && !mutant("libvirt-silence-absent"):
+		return engine.Domain{Seen: engine.DomainNoAnswer, Said: "did not answer (virsh domstate one-42: no answer within 10s)"}
+	case w.hosts[h].silent:
+		return engine.Domain{Seen: engine.DomainAbsent, Said: "shut off"}
+	case w.domainActive(h) && w.hosts[h].dom.asleep:
+		return engine.Domain{Seen: engine.DomainAsleep, Said: "pmsuspended"}
+	case w.domainActive(h):
 		return engine.Domain{Seen: engine.DomainActive, Said: "running"}
 	}
 	return engine.Domain{Seen: engine.DomainAbsent, Said: "shut off"}
@@ -79,6 +92,14 @@ func (w *world) libvirtAnswer(h int) engine.Domain {
 // with the HISTORY SEQ; the step refuses without fencing when libvirt runs
 // the VM's domain there (wt-lifecycle internal/fencer/running.go).
 func (w *world) feStart(o *stepOut, crash int, h, seq int, file int64) error {
+	return w.feStartAs(o, crash, h, seq, file, false)
+}
+
+// feStartAs is feStart; restore is the restore action's prestart (its
+// request says so, internal/frontend/restore.go; the mutant no-wake leaves
+// it out, as before issue 18). It sets o.woken when the start is only the
+// wake-up of a sleeping guest.
+func (w *world) feStartAs(o *stepOut, crash int, h, seq int, file int64, restore bool) error {
 	o.startSeq, o.startHost, o.startSource, o.startFile = seq, h, engine.SourceFrontend, file
 	if w.hosts[h].cut {
 		o.sayf("host step cannot reach Ceph: refused (fence.fail_open false)")
@@ -87,10 +108,15 @@ func (w *world) feStart(o *stepOut, crash int, h, seq int, file int64) error {
 	who := w.who(h, seq, engine.SourceFrontend)
 	who.Instance = file // Deploy passes the deployment file's (internal/frontend/deploy.go)
 	who.Domain = w.libvirtAnswer(h)
-	_, err := w.call(o, crash, engine.SourceFrontend, "prestart", func(e *engine.Engine) (*engine.ClaimResult, error) {
-		return e.Start(ctx, who, mImgs, false)
+	who.Restore = restore && !mutant("no-wake")
+	res, err := w.call(o, crash, engine.SourceFrontend, "prestart", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
+		return e.Start(ctx, who, w.imgsOf(c), dry)
 	})
-	if err == nil {
+	switch {
+	case err == nil && res != nil && res.Wake:
+		o.woken = true
+		o.sayf("admitted: the guest is only woken up, nothing fenced")
+	case err == nil:
 		o.sayf("admitted")
 	}
 	return err
@@ -100,12 +126,18 @@ func (w *world) feStart(o *stepOut, crash int, h, seq int, file int64) error {
 // handover candidate (Who.Incoming = the mark's window); the engine decides.
 func (w *world) hookStart(o *stepOut, crash int, h int) (how string, err error) {
 	var incoming *engine.Window
-	if w.markFresh(h) {
+	switch {
+	case w.markFresh(h) && !w.hosts[h].markUsed:
+		// The mark serves this one prepare (internal/hook/mark.go Use),
+		// recorded before any Ceph call.
+		w.hosts[h].markUsed = true
 		incoming = w.hosts[h].markWin
 		if incoming == nil {
 			incoming = &engine.Window{}
 		}
-	} else {
+	case w.markFresh(h):
+		o.sayf("the mark was used by an earlier prepare: judged as a start")
+	default:
 		w.hosts[h].mark, w.hosts[h].markWin = false, nil
 	}
 	o.startSeq, o.startHost, o.startSource = -1, h, engine.SourceHook
@@ -116,8 +148,8 @@ func (w *world) hookStart(o *stepOut, crash int, h int) (how string, err error) 
 	who := w.who(h, -1, engine.SourceHook)
 	who.Incoming = incoming
 	who.Instance = w.hookInstance(h)
-	res, err := w.call(o, crash, engine.SourceHook, "start", func(e *engine.Engine) (*engine.ClaimResult, error) {
-		return e.Start(ctx, who, mImgs, false)
+	res, err := w.call(o, crash, engine.SourceHook, "start", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
+		return e.Start(ctx, who, w.imgsOf(c), dry)
 	})
 	if err != nil {
 		return "", err
@@ -158,11 +190,11 @@ func (w *world) hookRecord(o *stepOut, crash int, h int) (refused bool) {
 	who := w.who(h, -1, engine.SourceHook)
 	who.Incoming = incoming
 	who.Instance = w.hookInstance(h)
-	_, err := w.call(o, crash, engine.SourceHook, "record", func(e *engine.Engine) (*engine.ClaimResult, error) {
+	_, err := w.call(o, crash, engine.SourceHook, "record", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
 		if mutant("started-fences") {
-			return e.Start(ctx, who, mImgs, false)
+			return e.Start(ctx, who, w.imgsOf(c), dry)
 		}
-		return e.Record(ctx, who, mImgs, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{mIP(h)}})
+		return e.Record(ctx, who, w.imgsOf(c), engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{mIP(h)}})
 	})
 	if err == nil {
 		o.sayf("recorded")

@@ -67,16 +67,26 @@ type stepOut struct {
 	// fencedNoTrace are clients blocklisted by the step that its result (or,
 	// when it crashed, its event spool) does not carry.
 	fencedNoTrace []string
+	// woken: the restore's start only wakes the sleeping guest.
+	woken bool
+	// wakeRefused: the restore of a guest asleep on its host was refused.
+	wakeRefused bool
 }
 
 func (o *stepOut) sayf(format string, a ...any) { o.say = append(o.say, fmt.Sprintf(format, a...)) }
 
-// call runs one engine operation as fencer.Do does (internal/fencer/do.go:
-// one engine per run, OnBlocklisted spools the event before the lock break,
-// the report becomes audit records and events, Do.go:115-147) and checks
-// that every client it blocklisted has an audit record and an event.
-func (w *world) call(o *stepOut, crash int, source, op string, f func(e *engine.Engine) (*engine.ClaimResult, error)) (*engine.ClaimResult, error) {
-	oid := engine.ClaimObject(mVM)
+// call runs one engine operation as fencer.Do does (internal/fencer/step.go:
+// one engine per cluster of the VM's disks, all in one process whose crash
+// point counts every Ceph call; a start or an attach with disks in several
+// clusters first checks every cluster's claim (dry) so that a refusal in
+// one fences nothing in another; then each cluster in turn, the first
+// error ends the step; OnBlocklisted spools the event before the lock
+// break, the report becomes audit records and events) and checks that
+// every client it blocklisted has an audit record and an event. f gets
+// the engine, the cluster and whether this is the dry pass; the result is
+// the first cluster's, its report merged over all.
+func (w *world) call(o *stepOut, crash int, source, op string, f func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error)) (*engine.ClaimResult, error) {
+	oid := w.claimOID(0)
 	if crash == crashStall {
 		who := w.lastWho
 		cookie := fmt.Sprintf("host=%s source=%s run=%s seq=%d", who.Host, who.Source, who.Run, who.Seq)
@@ -93,14 +103,49 @@ func (w *world) call(o *stepOut, crash int, source, op string, f func(e *engine.
 		// txn releases its lease by its cookie when it returns
 		defer w.f.ReleaseLease(ctx, mPool, oid, w.resuming.cookie)
 	}
-	before := map[engine.Addr]bool{}
-	for _, a := range w.f.BlocklistedAddrs() {
-		before[a] = true
+	before := make([]map[engine.Addr]bool, len(w.fs))
+	for c, fk := range w.fs {
+		before[c] = map[engine.Addr]bool{}
+		for _, a := range fk.BlocklistedAddrs() {
+			before[c][a] = true
+		}
 	}
 	spooled := map[engine.Addr]bool{}
-	e, cc := w.engine(crash, spooled)
-	res, err := f(e)
-	o.crashed = cc.dead
+	st := &crashState{budget: crash}
+	var res *engine.ClaimResult
+	var err error
+	if len(w.fs) > 1 && (op == "prestart" || op == "start" || op == "attach") {
+		for c := range w.fs {
+			if _, err = f(w.engineWith(c, st, spooled), c, true); err != nil {
+				break
+			}
+		}
+	}
+	for c := range w.fs {
+		if err != nil {
+			break
+		}
+		var r *engine.ClaimResult
+		r, err = f(w.engineWith(c, st, spooled), c, false)
+		switch {
+		case r == nil:
+		case res == nil:
+			cp := *r
+			if r.Report != nil {
+				rep := *r.Report
+				cp.Report = &rep
+			}
+			res = &cp
+		default:
+			res.Handover = res.Handover && r.Handover
+			if res.Report == nil {
+				res.Report = r.Report
+			} else {
+				res.Report.Merge(r.Report)
+			}
+		}
+	}
+	o.crashed = st.dead
 	traced := map[string]bool{}
 	if !o.crashed && res != nil && !mutant("no-audit") {
 		recs := audit.FromReport(res.Report, audit.Meta{Run: "model", Op: op, VM: mVM}, w.now())
@@ -115,16 +160,19 @@ func (w *world) call(o *stepOut, crash int, source, op string, f func(e *engine.
 			}
 		}
 	}
-	for _, a := range w.f.BlocklistedAddrs() {
-		if before[a] {
-			continue
-		}
-		if !spooled[a] || (!o.crashed && !traced[a.String()]) {
-			o.fencedNoTrace = append(o.fencedNoTrace, w.instName(a))
-		}
-		for i := range w.insts {
-			if w.insts[i].addr == a && w.insts[i].fencedBy == nil {
-				w.insts[i].fencedBy = o
+	for c, fk := range w.fs {
+		for _, a := range fk.BlocklistedAddrs() {
+			if before[c][a] {
+				continue
+			}
+			if !spooled[a] || (!o.crashed && !traced[a.String()]) {
+				o.fencedNoTrace = append(o.fencedNoTrace, w.instName(a))
+			}
+			for i := range w.insts {
+				in := &w.insts[i]
+				if (in.addr == a || in.addr1 == a || in.addr2 == a) && in.fencedBy == nil {
+					in.fencedBy = o
+				}
 			}
 		}
 	}
@@ -197,6 +245,23 @@ func (w *world) migrateReverted(o *stepOut) {
 	o.sayf("migration failed: oned RUNNING on %s as #%d", mHosts[src], seq)
 }
 
+// restoreFailed: the restore action failed; oned keeps the VM SUSPENDED.
+func (w *world) restoreFailed(o *stepOut) {
+	w.op = feOp{}
+	w.lcm = lcmSuspended
+	o.sayf("restore failed: oned SUSPENDED")
+}
+
+// otherSeq is the deploy the other installation's VM 42 runs (-1: none).
+func (w *world) otherSeq() int {
+	for _, in := range w.insts {
+		if in.foreign && !in.gone {
+			return in.seq
+		}
+	}
+	return -1
+}
+
 // abortStart: libvirt aborts the start of the domain on h (a hook refused,
 // the migration broke): the domain is gone, the mark stays (no `release`).
 func (w *world) abortStart(o *stepOut, h int) {
@@ -245,6 +310,11 @@ func (w *world) steps(b bound) []step {
 					w.deployFailed(o)
 					return
 				}
+				if w.hosts[h].silent {
+					o.sayf("failed to connect to the hypervisor")
+					w.deployFailed(o)
+					return
+				}
 				if w.hosts[h].dom.phase != phNone {
 					o.sayf("domain already exists")
 					w.deployFailed(o)
@@ -263,7 +333,7 @@ func (w *world) steps(b bound) []step {
 					return
 				}
 				who := w.who(src, w.op.seq, engine.SourceFrontend)
-				if w.domainActive(src) {
+				if w.domainActive(src) && !w.hosts[src].silent {
 					// the step reads the source domain's deployment_time
 					// from libvirt (internal/fencer/running.go learnInstance)
 					who.Instance = w.hosts[src].dom.ident
@@ -271,7 +341,7 @@ func (w *world) steps(b bound) []step {
 				if mutant("premigrate-seq+1") {
 					who.Seq++
 				}
-				_, err := w.call(o, crash, engine.SourceFrontend, "premigrate", func(e *engine.Engine) (*engine.ClaimResult, error) {
+				_, err := w.call(o, crash, engine.SourceFrontend, "premigrate", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
 					return e.OpenWindow(ctx, who, mHosts[src], mHosts[dst], time.Duration(mWindow)*time.Minute)
 				})
 				if err != nil {
@@ -285,7 +355,7 @@ func (w *world) steps(b bound) []step {
 		add(step{name: fmt.Sprintf("vmm migrate: virsh migrate one-42 %s→%s", mHosts[op.src], mHosts[op.host]),
 			run: func(w *world, o *stepOut, _ int) {
 				src, dst := w.op.src, w.op.host
-				if w.hosts[src].dom.phase != phRunning || w.hosts[dst].dom.phase != phNone || w.hosts[dst].cut {
+				if w.hosts[src].dom.phase != phRunning || w.hosts[dst].dom.phase != phNone || w.hosts[dst].cut || w.hosts[src].silent || w.hosts[dst].silent {
 					o.sayf("virsh migrate failed at once")
 					w.op.stage = stFailmigrate
 					return
@@ -303,8 +373,8 @@ func (w *world) steps(b bound) []step {
 					o.sayf("destination unreachable: postmigrate failed (only logged)")
 				} else {
 					who := w.who(dst, w.op.seq, engine.SourceFrontend)
-					_, err := w.call(o, crash, engine.SourceFrontend, "postmigrate", func(e *engine.Engine) (*engine.ClaimResult, error) {
-						return e.CloseWindow(ctx, who, mImgs, mHosts[src], mHosts[dst], []netip.Addr{mIP(dst)}, engine.Migrated)
+					_, err := w.call(o, crash, engine.SourceFrontend, "postmigrate", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
+						return e.CloseWindow(ctx, who, w.imgsOf(c), mHosts[src], mHosts[dst], []netip.Addr{mIP(dst)}, engine.Migrated)
 					})
 					if err != nil {
 						o.sayf("postmigrate failed (only logged)")
@@ -326,11 +396,112 @@ func (w *world) steps(b bound) []step {
 					o.sayf("unreachable: failmigrate failed")
 				} else {
 					who := w.who(on, w.op.seq, engine.SourceFrontend)
-					_, _ = w.call(o, crash, engine.SourceFrontend, "failmigrate", func(e *engine.Engine) (*engine.ClaimResult, error) {
-						return e.CloseWindow(ctx, who, mImgs, mHosts[src], mHosts[dst], []netip.Addr{mIP(on)}, outcome)
+					_, _ = w.call(o, crash, engine.SourceFrontend, "failmigrate", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
+						return e.CloseWindow(ctx, who, w.imgsOf(c), mHosts[src], mHosts[dst], []netip.Addr{mIP(on)}, outcome)
 					})
 				}
 				w.migrateReverted(o)
+			}})
+	case stRestore:
+		add(step{name: fmt.Sprintf("front-end restore prestart #%d on %s", op.seq, mHosts[op.host]), crashable: true,
+			run: func(w *world, o *stepOut, crash int) {
+				h := w.op.host
+				// The restore's front-end step has no deployment file
+				// (internal/frontend/restore.go): identity unknown.
+				err := w.feStartAs(o, crash, h, w.op.seq, 0, true)
+				if err != nil {
+					if w.hosts[h].dom.asleep && w.domainActive(h) && !w.hosts[h].silent && !w.hosts[h].cut && !errors.Is(err, errCrashed) {
+						o.wakeRefused = true
+					}
+					w.restoreFailed(o)
+					return
+				}
+				w.op.stage = stRestoring
+			}})
+	case stRestoring:
+		add(step{name: fmt.Sprintf("vmm restore on %s", mHosts[op.host]),
+			run: func(w *world, o *stepOut, _ int) {
+				h := w.op.host
+				d := &w.hosts[h].dom
+				switch {
+				case w.hosts[h].cut || w.hosts[h].silent:
+					o.sayf("failed to connect to the hypervisor")
+					w.restoreFailed(o)
+				case d.asleep && d.phase == phRunning:
+					// release-7.4.0 src/vmm_mad/remotes/kvm/restore:61-71
+					d.asleep = false
+					w.op, w.lcm = feOp{}, lcmRunning
+					o.sayf("virsh dompmwakeup: the guest runs again; oned RUNNING")
+				case d.phase != phNone:
+					o.sayf("domain already exists")
+					w.restoreFailed(o)
+				default:
+					// virsh restore of the checkpoint: its embedded XML
+					// (src/vmm_mad/remotes/kvm/restore:79,105)
+					w.hosts[h].dom = dom{phase: phPrepare, inst: -1, seq: w.op.seq, from: -1, byFE: true, ident: w.saved}
+					w.op.stage = stCreating
+				}
+			}})
+	case stAttach:
+		add(step{name: fmt.Sprintf("front-end attach of disk 1 on %s", mHosts[op.host]), crashable: true,
+			run: func(w *world, o *stepOut, crash int) {
+				h := w.op.host
+				if w.hosts[h].cut {
+					o.sayf("host step cannot reach Ceph: attach refused")
+					w.op = feOp{}
+					return
+				}
+				who := w.who(h, w.op.seq, engine.SourceFrontend)
+				_, err := w.call(o, crash, engine.SourceFrontend, "attach", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
+					switch {
+					case c > 0:
+						return nil, nil // the attached disk is in the first cluster
+					case dry:
+						return e.CheckAttach(ctx, who, []engine.Image{mDisk1})
+					}
+					return e.Attach(ctx, who, []engine.Image{mDisk1})
+				})
+				if err != nil {
+					o.sayf("attach failed: oned removes the disk")
+					w.op = feOp{}
+					return
+				}
+				w.op.stage = stAttachOpen
+			}})
+	case stAttachOpen:
+		add(step{name: fmt.Sprintf("vmm attach_disk: QEMU on %s opens disk 1", mHosts[op.host]),
+			run: func(w *world, o *stepOut, _ int) {
+				h := w.op.host
+				d := w.hosts[h].dom
+				if w.hosts[h].cut || w.hosts[h].silent || d.inst < 0 || w.insts[d.inst].gone {
+					o.sayf("attach_disk failed")
+					w.op = feOp{}
+					return
+				}
+				in := &w.insts[d.inst]
+				in.addr1 = engine.Addr{IP: mIP(h), Nonce: in.addr.Nonce + 9000}
+				w.f.Attach(mDisk1, in.addr1, in.running)
+				w.attached = true
+				w.op.stage = stAttachRecord
+				o.sayf("q%d opens disk 1", d.inst+1)
+			}})
+	case stAttachRecord:
+		add(step{name: fmt.Sprintf("front-end record of disk 1 on %s", mHosts[op.host]), crashable: true,
+			run: func(w *world, o *stepOut, crash int) {
+				h := w.op.host
+				w.op = feOp{}
+				if w.hosts[h].cut {
+					o.sayf("not recorded (only logged)")
+					return
+				}
+				// Only the attached disks (internal/frontend/attach.go recordAttached).
+				who := w.who(h, w.cur().seq, engine.SourceFrontend)
+				_, _ = w.call(o, crash, engine.SourceFrontend, "record", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
+					if c > 0 {
+						return nil, nil
+					}
+					return e.Record(ctx, who, []engine.Image{mDisk1}, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{mIP(h)}})
+				})
 			}})
 	}
 
@@ -338,6 +509,9 @@ func (w *world) steps(b bound) []step {
 	for h := range w.hosts {
 		h := h
 		d := w.hosts[h].dom
+		if w.hosts[h].silent {
+			continue // libvirtd hangs: no domain starts, stops or migrates here
+		}
 		switch d.phase {
 		case phMigBegin:
 			add(step{name: fmt.Sprintf("%s hook: migrate begin (incoming from %s)", mHosts[h], mHosts[d.from]),
@@ -410,8 +584,8 @@ func (w *world) steps(b bound) []step {
 					in := &w.insts[d.inst]
 					in.running = true
 					if !w.hosts[h].cut && !w.blocklisted(in.addr) {
-						w.f.Hide(in.addr)
-						w.f.Attach(mDisk, in.addr, true)
+						w.hideClients(*in)
+						w.attachClients(*in, true)
 					}
 					w.hosts[h].dom.phase = phRunning
 					o.sayf("q%d stops, q%d writes", sd.inst+1, d.inst+1)
@@ -436,13 +610,16 @@ func (w *world) steps(b bound) []step {
 					if in := &w.insts[d.inst]; !in.gone {
 						in.running = true // libvirt resumes the vCPUs
 						if !w.hosts[h].cut && !w.blocklisted(in.addr) {
-							w.f.Hide(in.addr)
-							w.f.Attach(mDisk, in.addr, true)
+							w.hideClients(*in)
+							w.attachClients(*in, true)
 						}
 						o.sayf("q%d writes", d.inst+1)
 					}
 					switch {
 					case d.byFE && w.op.stage == stCreating && w.op.host == h:
+						if w.feat.bgRecord {
+							w.bgRecord = &record{seq: w.op.seq, host: h, from: -1}
+						}
 						w.op, w.lcm = feOp{}, lcmRunning
 						o.sayf("deploy done: oned RUNNING")
 					}
@@ -456,6 +633,23 @@ func (w *world) steps(b bound) []step {
 		}
 	}
 
+	// ---- the front-end's background record of a deploy lands
+	if bg := w.bgRecord; bg != nil {
+		add(step{name: fmt.Sprintf("front-end: the background record of deploy #%d on %s lands", bg.seq, mHosts[bg.host]), crashable: true,
+			run: func(w *world, o *stepOut, crash int) {
+				bg := *w.bgRecord
+				w.bgRecord = nil
+				if w.hosts[bg.host].cut {
+					o.sayf("not recorded (only logged)")
+					return
+				}
+				who := w.who(bg.host, bg.seq, engine.SourceFrontend)
+				_, _ = w.call(o, crash, engine.SourceFrontend, "record", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
+					return e.Record(ctx, who, w.imgsOf(c), engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{mIP(bg.host)}})
+				})
+			}})
+	}
+
 	// ---- a paused step resumes, from the claim it read before pausing
 	if st := w.stalled; st != nil {
 		what := "front-end prestart"
@@ -467,7 +661,7 @@ func (w *world) steps(b bound) []step {
 				s := w.stalled
 				w.stalled, w.resuming = nil, s
 				o.resumed = true
-				o.stale = s.version != w.f.ObjectVersion(mPool, engine.ClaimObject(mVM))
+				o.stale = s.version != w.f.ObjectVersion(mPool, w.claimOID(0))
 				defer func() { w.resuming = nil }()
 				if s.source == engine.SourceFrontend {
 					err := w.feStart(o, -1, s.host, s.seq, s.file)
@@ -582,6 +776,58 @@ func (w *world) steps(b bound) []step {
 					w.lcm = lcmPoweroff
 				}})
 		}
+		if w.feat.restore && w.lcm == lcmRunning && op.stage == stNone {
+			c := cur
+			if hs := w.hosts[c.host]; !hs.cut && !hs.silent && hs.dom.phase == phRunning && !hs.dom.asleep {
+				add(step{name: "oned: onevm suspend (virsh save: the domain is saved and gone)", budget: bChange,
+					run: func(w *world, o *stepOut, _ int) {
+						h := w.cur().host
+						w.saved = w.hosts[h].dom.ident
+						w.killDom(h)
+						w.lcm = lcmSuspended
+					}})
+				add(step{name: "the guest suspends itself to RAM (libvirt pmsuspended; oned SUSPENDED)", budget: bChange,
+					run: func(w *world, o *stepOut, _ int) {
+						w.hosts[w.cur().host].dom.asleep = true
+						w.lcm = lcmSuspended
+					}})
+			}
+		}
+		if w.lcm == lcmSuspended && op.stage == stNone {
+			// A resume of a SUSPENDED VM restores it under the same
+			// HISTORY record (LifeCycleActions.cc restore).
+			add(step{name: "oned: onevm resume (from SUSPENDED): restore", budget: bChange,
+				run: func(w *world, o *stepOut, _ int) {
+					c := w.cur()
+					w.op = feOp{stage: stRestore, seq: c.seq, host: c.host}
+					w.lcm = lcmBoot
+				}})
+		}
+		if w.feat.hotplug && w.lcm == lcmRunning && op.stage == stNone && !w.attached {
+			add(step{name: "oned: onevm disk-attach (disk 1)", budget: bChange,
+				run: func(w *world, o *stepOut, _ int) {
+					c := w.cur()
+					w.op = feOp{stage: stAttach, seq: c.seq, host: c.host}
+				}})
+		}
+		if w.feat.create {
+			for y := range w.hosts {
+				if w.hosts[y].dom.phase != phNone || w.hosts[y].cut || w.hosts[y].silent {
+					continue
+				}
+				y := y
+				// A stale copy of the VM's first deployment file, started
+				// by hand (or an evacuation script) outside OpenNebula.
+				add(step{name: fmt.Sprintf("operator: virsh create of a stale one-42 (file1) on %s", mHosts[y]), budget: bChange,
+					run: func(w *world, o *stepOut, _ int) {
+						w.hosts[y].dom = dom{phase: phPrepare, inst: -1, seq: 0, from: -1, ident: mFile0}
+					}})
+			}
+		}
+		if w.feat.other && w.otherSeq() == 5 {
+			add(step{name: "other installation: its VM 42 redeployed on o1 (deploy #6)", budget: bChange,
+				run: func(w *world, o *stepOut, _ int) { w.deployOther(6) }})
+		}
 		if w.lcm == lcmPoweroff {
 			// LifeCycleActions.cc:858-878: resume from POWEROFF copies the
 			// HISTORY record (a new SEQ on the same host) and deploys.
@@ -625,6 +871,25 @@ func (w *world) steps(b bound) []step {
 	// ---- faults and healing
 	for h := range w.hosts {
 		h := h
+		if w.feat.libvirt && !w.hosts[h].silent && w.budget.faults < b.faults {
+			add(step{name: fmt.Sprintf("FAULT: libvirtd on %s stops answering (QEMU runs on; oned: host ERROR, VMs UNKNOWN)", mHosts[h]), budget: bFault,
+				run: func(w *world, o *stepOut, _ int) { w.hosts[h].silent = true }})
+		}
+		if w.feat.idleCut && !w.hosts[h].cut && w.budget.faults < b.faults {
+			add(step{name: fmt.Sprintf("FAULT: %s cut off from Ceph and the front-end, its QEMU idle (no lock held)", mHosts[h]), budget: bFault,
+				run: func(w *world, o *stepOut, _ int) {
+					w.hosts[h].cut = true
+					for _, in := range w.insts {
+						if in.host == h && !in.gone {
+							w.hideClients(in)
+						}
+					}
+				}})
+		}
+		if w.hosts[h].silent {
+			add(step{name: fmt.Sprintf("%s: libvirtd answers again", mHosts[h]),
+				run: func(w *world, o *stepOut, _ int) { w.hosts[h].silent = false }})
+		}
 		if !w.hosts[h].cut && w.budget.faults < b.faults {
 			add(step{name: fmt.Sprintf("FAULT: %s cut off from Ceph and the front-end", mHosts[h]), budget: bFault,
 				run: func(w *world, o *stepOut, _ int) {
@@ -634,6 +899,12 @@ func (w *world) steps(b bound) []step {
 					for _, in := range w.insts {
 						if in.host == h && !in.gone {
 							w.f.Unwatch(in.addr)
+							if in.addr1.Exact() {
+								w.f.Unwatch(in.addr1)
+							}
+							if in.addr2.Exact() {
+								w.fs[1].Unwatch(in.addr2)
+							}
 						}
 					}
 				}})
@@ -643,9 +914,9 @@ func (w *world) steps(b bound) []step {
 				run: func(w *world, o *stepOut, _ int) { w.reconnect(h) }})
 		}
 	}
-	if w.f.LeaseHeld(mPool, engine.ClaimObject(mVM)) {
+	if w.leaseHeld() {
 		add(step{name: "the claim lease runs out (its holder died or is paused)",
-			run: func(w *world, o *stepOut, _ int) { w.f.ExpireLeases() }})
+			run: func(w *world, o *stepOut, _ int) { w.expireLeases() }})
 	}
 	if w.budget.ticks < b.ticks && w.somethingExpires() {
 		add(step{name: fmt.Sprintf("%d minutes pass (windows, marks and leases run out)", mWindow+1), budget: bTick,
@@ -656,7 +927,7 @@ func (w *world) steps(b bound) []step {
 
 func (w *world) tick() {
 	w.clock += mWindow + 1
-	w.f.ExpireLeases()
+	w.expireLeases()
 }
 
 func (w *world) somethingExpires() bool {
@@ -668,7 +939,7 @@ func (w *world) somethingExpires() bool {
 	if c := w.claim(); c != nil && c.Window != nil && w.now().Before(c.Window.Expires) {
 		return true
 	}
-	return w.f.LeaseHeld(mPool, engine.ClaimObject(mVM))
+	return w.leaseHeld()
 }
 
 // reconnect: host h reaches Ceph again; its QEMU clients come back unless
@@ -676,8 +947,8 @@ func (w *world) somethingExpires() bool {
 func (w *world) reconnect(h int) {
 	w.hosts[h].cut = false
 	for _, in := range w.insts {
-		if in.host == h && !in.gone && !w.blocklisted(in.addr) {
-			w.f.Attach(mDisk, in.addr, false) // the watch; a lock it held stayed
+		if in.host == h && !in.gone && !w.fencedAnywhere(in) {
+			w.attachClients(in, false) // the watch; a lock it held stayed
 		}
 	}
 }

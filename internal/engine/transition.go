@@ -318,10 +318,13 @@ func start(prev *Claim, ev Event) Ready {
 		// fenced, the claim stays.
 		return Ready{Wake: true}
 	}
-	if w.Source == SourceFrontend && prev != nil && live(prev) && prev.Seq == w.Seq && sameHost(prev, w) && w.Domain.Seen != DomainAbsent {
-		// The claim's own deploy on the claim's own host: its recorded
-		// instance is fenced only once libvirt said the domain is absent
-		// or shut off there.
+	if w.Source == SourceFrontend && prev != nil && live(prev) && sameHost(prev, w) && w.Domain.Seen != DomainAbsent {
+		// A start on the host where the claim's instance runs: it is
+		// fenced only once libvirt said the domain is absent or shut off
+		// there. Whatever the deploy: oned itself gives a running
+		// instance a newer HISTORY record when a live migration fails
+		// (cp_previous_history, LifeCycleStates.cc:141), and `onevm
+		// resume` of it in UNKNOWN then deploys that record on its host.
 		said := w.Domain.Said
 		if w.Domain.Seen == DomainUnasked || said == "" {
 			said = "was not asked"
@@ -593,6 +596,11 @@ func admit(w Who, prev *Claim, now time.Time) error {
 	case w.Seq < 0 && prev.Seq >= 0 && prev.Source == SourceFrontend && !sameHost(prev, w):
 		// The front-end assigned this deploy to another host: a start here is stale.
 		return &ClaimedElsewhereError{VM: w.VM, Host: w.Host, Recorded: *prev}
+	case w.Seq < 0 && prev.Window != nil:
+		// A live migration is open (or was never settled) in the claim:
+		// the hook cannot tell which copy runs the VM. Only the
+		// migration's own handover is admitted (handover, before admit).
+		return &MigrationOpenError{VM: w.VM, Host: w.Host, Recorded: *prev}
 	case w.Seq < 0 && live(prev) && !sameHost(prev, w):
 		// The hook does not know the deploy: while the claim says the VM
 		// runs (or is starting) on another host, whoever wrote it, a start

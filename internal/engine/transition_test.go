@@ -56,7 +56,10 @@ func TestTransitionStartAsksLibvirt(t *testing.T) {
 		{"running: refused", 3, engine.Domain{Seen: engine.DomainActive, Said: "running"}, false, new(*engine.AlreadyRunningError), false, false},
 		{"asleep, a deploy: refused", 3, engine.Domain{Seen: engine.DomainAsleep, Said: "pmsuspended"}, false, new(*engine.AlreadyRunningError), false, false},
 		{"asleep, the restore: woken, nothing fenced", 3, engine.Domain{Seen: engine.DomainAsleep, Said: "pmsuspended"}, true, nil, false, true},
-		{"a newer deploy on the same host: oned's record is knowledge", 4, engine.Domain{Seen: engine.DomainNoAnswer, Said: "did not answer"}, false, nil, true, false},
+		// oned gives the running instance a newer record when a live
+		// migration fails: a newer deploy on its host is no knowledge.
+		{"a newer deploy on the same host: refused too", 4, engine.Domain{Seen: engine.DomainNoAnswer, Said: "did not answer"}, false, new(*engine.DomainUnknownError), false, false},
+		{"a newer deploy on the same host, libvirt says absent", 4, absent, false, nil, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := tWho("h1", tc.seq, engine.SourceFrontend, "10.0.0.1")

@@ -47,6 +47,12 @@ type Mark struct {
 	// several clusters it is the first cluster's; every cluster's claim
 	// holds its own window of the same premigrate run (engine.Window.Same).
 	Window *engine.Window `json:"window,omitempty"`
+	// Prepared is when the `prepare begin` of the incoming migration used
+	// the mark (zero: not yet). A mark is the handover of one prepare
+	// only: a later prepare of the domain (the migration aborted and the
+	// domain was started by hand while the mark lived: libvirtd died before
+	// `release end`) is judged as a start.
+	Prepared time.Time `json:"prepared,omitzero"`
 }
 
 func (m Marks) now() time.Time {
@@ -72,13 +78,27 @@ func (m Marks) Path(domain string) string {
 
 // Set writes the mark of domain (mode 0600, its directory 0700) atomically.
 func (m Marks) Set(domain, run string, win *engine.Window) error {
+	return m.write(Mark{Domain: domain, Time: m.now().UTC(), Run: run, Window: win})
+}
+
+// Use records that the prepare of the incoming migration used mk, the
+// domain's mark (see Mark.Prepared).
+func (m Marks) Use(mk *Mark) error {
+	u := *mk
+	u.Prepared = m.now().UTC()
+	return m.write(u)
+}
+
+// write stores mk atomically.
+func (m Marks) write(mk Mark) error {
+	domain := mk.Domain
 	if err := os.MkdirAll(m.Dir, 0o700); err != nil {
 		return fmt.Errorf("migration mark: %w", err)
 	}
 	if err := os.Chmod(m.Dir, 0o700); err != nil {
 		return fmt.Errorf("migration mark: %w", err)
 	}
-	b, err := json.Marshal(Mark{Domain: domain, Time: m.now().UTC(), Run: run, Window: win})
+	b, err := json.Marshal(mk)
 	if err != nil {
 		return err
 	}

@@ -171,11 +171,18 @@ func (r *runner) prepare(ctx context.Context) (err error) {
 	switch {
 	case err != nil:
 		r.log.WithError(err).Warn("cannot read the incoming-migration mark: fencing as for a start")
-	case fresh && dom.VMID < 0:
-		// Not an OpenNebula VM: no claim, no window to check the mark against.
-		r.log.WithField("marked", mk.Time.Format(time.RFC3339)).Info("incoming migration: not fencing (the source runs the domain)")
-		return nil
+	case fresh && !mk.Prepared.IsZero():
+		r.log.WithField("marked", mk.Time.Format(time.RFC3339)).Warn("the incoming-migration mark was used by an earlier prepare of this domain: fencing as for a start")
 	case fresh:
+		// The mark is the handover of this one prepare (Mark.Prepared).
+		if err := marks(cfg).Use(mk); err != nil {
+			return r.fail(outcome.Failure, fmt.Errorf("cannot record the use of the incoming-migration mark: %w", err))
+		}
+		if dom.VMID < 0 {
+			// Not an OpenNebula VM: no claim, no window to check the mark against.
+			r.log.WithField("marked", mk.Time.Format(time.RFC3339)).Info("incoming migration: not fencing (the source runs the domain)")
+			return nil
+		}
 		// A handover only while the claim still holds the window this
 		// migration was accepted in; otherwise the engine judges and
 		// fences this as a start.

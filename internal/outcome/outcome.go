@@ -70,6 +70,7 @@ var classes = []struct {
 	{Refused, is[*engine.ClaimedElsewhereError]},
 	{Refused, is[*engine.NoHandoverError]},
 	{Refused, is[*engine.AlreadyRunningError]},
+	{Refused, is[*engine.MigrationOpenError]},
 	// No answer from libvirt is no knowledge: retry once it answers.
 	{Unavailable, is[*engine.DomainUnknownError]},
 }
