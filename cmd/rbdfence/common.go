@@ -16,6 +16,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/metrics"
+	"github.com/rbdfence/rbdfence/internal/opennebula"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
@@ -184,6 +185,21 @@ func withGlobals(args, globals []string) []string {
 		i = len(args)
 	}
 	return slices.Concat(args[:i], globals, args[i:])
+}
+
+// onedError says what could not be read from oned and what to do. Its
+// exit code comes from the one table (internal/outcome): an unknown VM is
+// bad input (2), oned out of reach or refusing us is 3.
+func onedError(what string, err error) error {
+	switch {
+	case errors.Is(err, opennebula.ErrNotFound):
+		return fmt.Errorf("%s: not found in oned (%w)", what, err)
+	case errors.Is(err, opennebula.ErrUnreachable):
+		return fmt.Errorf("%s: %w; check that oned runs and opennebula.endpoint", what, err)
+	case errors.Is(err, opennebula.ErrAuthentication), errors.Is(err, opennebula.ErrAuthorization):
+		return fmt.Errorf("%s: %w; check opennebula.auth_file", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 2, 4, 2, ' ', 0) }
