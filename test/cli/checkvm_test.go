@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbdfence/rbdfence/internal/checkjson"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
@@ -53,13 +53,15 @@ func TestCheckVMAndAll(t *testing.T) {
 	zombie.WaitWrite(t, true, 10*time.Second)
 
 	r := rbdfence(t, "", "check", "--config", cfg, "--vm", fmt.Sprint(vmRun), "--json")
-	var res []struct {
-		VM      int           `json:"vm"`
-		Running bool          `json:"running"`
-		Report  engine.Report `json:"report"`
+	if r.code != 5 {
+		t.Fatalf("check --vm: exit %d (want 5)\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 5 {
-		t.Fatalf("check --vm: exit %d (want 5) %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	// One object, the documented type (docs/CLI.md), every field printed.
+	var out checkjson.VMs
+	decodeStrict(t, r.stdout, &out)
+	res := out.VMs
+	if len(res) != 1 || res[0].VM != vmRun || out.WouldFence != 1 || !out.DryRun || res[0].Claim == nil || res[0].Claim.Host != "hostA" {
+		t.Fatalf("check --vm %d --json: %+v", vmRun, out)
 	}
 	got := map[string]engine.Decision{}
 	for _, cl := range res[0].Report.Images[0].Clients {
@@ -67,6 +69,18 @@ func TestCheckVMAndAll(t *testing.T) {
 	}
 	if !res[0].Running || got[inst.Addr] != engine.DecideInstance || got[zombie.Addr] != engine.DecideFence {
 		t.Fatalf("the running instance must be kept and the zombie reported: %v (running %v)", got, res[0].Running)
+	}
+	// --all --json: both VMs, by id; the stopped one has no claim (null).
+	r = rbdfence(t, "", "check", "--config", cfg, "--all", "-j")
+	out = checkjson.VMs{}
+	decodeStrict(t, r.stdout, &out)
+	if r.code != 5 || len(out.VMs) != 2 || out.VMs[0].VM != min(vmRun, vmStop) || out.VMs[1].VM != max(vmRun, vmStop) {
+		t.Fatalf("check --all -j: exit %d %+v", r.code, out)
+	}
+	for _, v := range out.VMs {
+		if v.VM == vmStop && (v.Running || v.Claim != nil || !strings.Contains(r.stdout, `"claim": null`)) {
+			t.Fatalf("the stopped VM %d: %+v", vmStop, v)
+		}
 	}
 	zombie.WaitWrite(t, true, 5*time.Second) // a check changes nothing
 
@@ -80,13 +94,13 @@ func TestCheckVMAndAll(t *testing.T) {
 	}
 	// On a terminal (a pty made by script(1)), --all shows its progress.
 	pty := exec.Command("script", "-qfec", testenv.Bin(t, "rbdfence")+" check --config "+cfg+" --all", "/dev/null")
-	out, _ := pty.CombinedOutput()
-	if !strings.Contains(string(out), "checking VM") {
-		t.Fatalf("no progress on a terminal:\n%s", out)
+	tty, _ := pty.CombinedOutput()
+	if !strings.Contains(string(tty), "checking VM") {
+		t.Fatalf("no progress on a terminal:\n%s", tty)
 	}
-	// Unknown VM: a clear one-line error.
+	// Unknown VM: bad input (2), one line naming it.
 	r = rbdfence(t, "", "check", "--config", cfg, "--vm", "999999")
-	if r.code == 0 || r.code == 5 || len(strings.Split(strings.TrimSpace(r.stderr), "\n")) != 1 {
+	if r.code != 2 || !strings.Contains(r.stderr, "check --vm 999999: not found in oned") || len(strings.Split(strings.TrimSpace(r.stderr), "\n")) != 1 {
 		t.Fatalf("unknown VM: exit %d %q", r.code, r.stderr)
 	}
 }

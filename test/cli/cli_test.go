@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbdfence/rbdfence/internal/checkjson"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/metrics"
@@ -58,9 +59,15 @@ state_dir: %s
 
 func rbdfence(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
+	return runBin(t, "rbdfence", stdin, args...)
+}
+
+// runBin runs one of the built binaries (bin/NAME) with stdin and args.
+func runBin(t *testing.T, name, stdin string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, testenv.Bin(t, "rbdfence"), args...)
+	cmd := exec.CommandContext(ctx, testenv.Bin(t, name), args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -70,21 +77,63 @@ func rbdfence(t *testing.T, stdin string, args ...string) result {
 	if ee, ok := err.(*exec.ExitError); ok {
 		r.code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatalf("rbdfence %v: %v", args, err)
+		t.Fatalf("%s %v: %v", name, args, err)
 	}
 	if strings.Contains(r.stderr, "panic") || strings.Contains(r.stderr, "goroutine ") {
-		t.Fatalf("rbdfence %v panicked:\n%s", args, r.stderr)
+		t.Fatalf("%s %v panicked:\n%s", name, args, r.stderr)
 	}
 	return r
 }
 
-func report(t *testing.T, s string) engine.Report {
+// report decodes the --json output of check or fence: the documented
+// type (internal/checkjson), strictly.
+func report(t *testing.T, s string) checkjson.Check {
 	t.Helper()
-	var r engine.Report
-	if err := json.Unmarshal([]byte(s), &r); err != nil {
-		t.Fatalf("--json output does not parse: %v\n%s", err, s)
-	}
+	var r checkjson.Check
+	decodeStrict(t, s, &r)
 	return r
+}
+
+// decodeStrict decodes --json output s into v: no field v does not know,
+// and none of v's fields left out (false, empty and null are printed).
+func decodeStrict(t *testing.T, s string, v any) {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("--json output is not the documented type %T: %v\n%s", v, err, s)
+	}
+	var raw, typed any
+	b, _ := json.Marshal(v)
+	if json.Unmarshal([]byte(s), &raw) != nil || json.Unmarshal(b, &typed) != nil {
+		t.Fatalf("--json output does not parse:\n%s", s)
+	}
+	if missing := missingKeys(typed, raw, ""); len(missing) > 0 {
+		t.Fatalf("--json output leaves out %v:\n%s", missing, s)
+	}
+}
+
+// missingKeys lists the object keys of want that got lacks, by path.
+func missingKeys(want, got any, path string) []string {
+	var out []string
+	switch w := want.(type) {
+	case map[string]any:
+		g, _ := got.(map[string]any)
+		for k, wv := range w {
+			gv, ok := g[k]
+			if !ok {
+				out = append(out, path+"."+k)
+				continue
+			}
+			out = append(out, missingKeys(wv, gv, path+"."+k)...)
+		}
+	case []any:
+		g, _ := got.([]any)
+		for i := range min(len(w), len(g)) {
+			out = append(out, missingKeys(w[i], g[i], fmt.Sprintf("%s[%d]", path, i))...)
+		}
+	}
+	return out
 }
 
 func TestFenceWritingZombie(t *testing.T) {
