@@ -97,7 +97,7 @@ func runCheckVMs(ctx context.Context, cfg *config.Config, vmID int, all, asJSON 
 			if r.Running {
 				state = "running: its recorded instance is kept"
 			}
-			fmt.Fprintf(stdout, "VM %d %s on %s (deploy #%d, %s)\n", r.VM, r.Name, r.Host, r.Seq, state)
+			fmt.Fprintf(stdout, "VM %d %s on %s (%s, %s)\n", r.VM, r.Name, r.Host, deploy(r.Seq), state)
 			if r.Error != "" {
 				fmt.Fprintf(stdout, "  error: %s\n", r.Error)
 			}

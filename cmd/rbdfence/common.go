@@ -236,6 +236,15 @@ func bounded(ctx context.Context, cfg *config.Config) (context.Context, context.
 	return context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
 }
 
+// deploy names a deploy by its HISTORY SEQ ("deploy #3"); a claim the
+// libvirt hook wrote alone does not know it (-1).
+func deploy(seq int) string {
+	if seq < 0 {
+		return "a deploy of unknown seq"
+	}
+	return fmt.Sprintf("deploy #%d", seq)
+}
+
 func fmtTime(t time.Time) string {
 	if t.IsZero() {
 		return "-"
