@@ -400,6 +400,29 @@ func TestBadInput(t *testing.T) {
 		// refused at once. A bare IP:PORT on such a port tries msgr2 first,
 		// and a refused key reads as a timeout (README, troubleshooting).
 		{"bad key", []string{"check", "--config", cfg, "--mon-host", c.MonHost, "--keyring", badKey, "--image", missing}, 3, "refused client.libvirt", 10 * time.Second},
+		// librados alone says "rados: ret=-22" and prints "server name not found" on stdout.
+		{"unresolvable monitor name", []string{"check", "--config", cfg, "--mon-host", "nosuchmon.invalid:6789", "--image", missing}, 3, "cannot resolve monitor host nosuchmon.invalid", 10 * time.Second},
+		{"unresolvable monitor name, v1: form", []string{"fence", "--config", cfg, "--mon-host", "v1:nosuchmon.invalid:16789", "--image", missing}, 3, "cannot resolve monitor host nosuchmon.invalid", 10 * time.Second},
+		// The one* habits: flags named with two dashes, the fix said.
+		{"unknown flag", []string{"check", "--config", cfg, "--imgae", missing}, 2, "unknown flag: --imgae (try: rbdfence check --help)", time.Minute},
+		{"single-dash long flag", []string{"check", "-config", cfg, "--image", missing}, 2, "-config: long flags take two dashes: --config", time.Minute},
+		{"not a number", []string{"check", "--config", cfg, "--vm", "web"}, 2, `--vm "web": want a whole number`, time.Minute},
+		{"flag without its value", []string{"fence", "--config", cfg, "--image"}, 2, "flag needs an argument: --image", time.Minute},
+		{"stray argument", []string{"fence", "--config", cfg, "one/x"}, 2, `unexpected argument "one/x"`, time.Minute},
+		{"verb flag before the verb", []string{"--image", missing, "check"}, 2, "--image before the verb: not a common flag", time.Minute},
+		{"common flag before the verb", []string{"--config", badCfg, "check", "--image", missing}, 2, "fence.expire", time.Minute},
+		{"--vm and --all", []string{"check", "--config", cfg, "--vm", "1", "--all"}, 2, "give one of --image, --vm or --all", time.Minute},
+		{"fence --vm", []string{"fence", "--config", cfg, "--vm", "1"}, 2, "--vm and --all are for check only", time.Minute},
+		{"bad --quiet", []string{"fence-host", "--config", cfg, "--host", "h", "--quiet", "-5m"}, 2, "--quiet must not be negative", time.Minute},
+		{"bad --host-addr", []string{"fence-host", "--config", cfg, "--host", "h", "--host-addr", "node1"}, 2, `--host-addr "node1" is not an IP address`, time.Minute},
+		{"bad --since", []string{"events", "--config", cfg, "--since", "42"}, 2, "--since: a bare number is ambiguous", time.Minute},
+		{"bad --role", []string{"doctor", "--config", cfg, "--role", "both"}, 2, "--role must be auto, host, frontend or all", time.Minute},
+		{"unfence, not an address", []string{"unfence", "10.0.0.5", "--config", cfg, "--yes"}, 2, "not an exact client address ip:port/nonce", time.Minute},
+		{"unfence, two targets", []string{"unfence", "--config", cfg, "--vm", "1", "--host", "h"}, 2, "exactly one of ADDRESS, --vm ID or --host NAME", time.Minute},
+		{"claim without sub-verb", []string{"claim", "--config", cfg}, 2, "claim: want 'claim show --vm ID'", time.Minute},
+		{"claim show without --vm", []string{"claim", "show", "--config", cfg}, 2, "claim show: give --vm ID", time.Minute},
+		{"blocklist without ls", []string{"blocklist", "rm"}, 2, "blocklist: want 'blocklist ls", time.Minute},
+		{"fence-host, garbage on stdin", []string{"fence-host", "--config", cfg}, 2, "or give --host NAME", time.Minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rbdfence(t, "", tc.args...)
@@ -414,6 +437,25 @@ func TestBadInput(t *testing.T) {
 				t.Fatal("stderr leaks key material")
 			}
 		})
+	}
+	// Every verb answers --help on stdout, exit 0; an unresolvable monitor
+	// prints nothing on stdout either (librados would: the host step's channel).
+	for _, args := range [][]string{{"check", "--help"}, {"claim", "gc", "-h"}, {"help", "fence-host"}, {"claim", "--help"}} {
+		r := rbdfence(t, "", args...)
+		if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "usage: rbdfence ") {
+			t.Errorf("rbdfence %v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := rbdfence(t, "", "check", "--config", cfg, "--mon-host", "nosuchmon.invalid", "--image", missing); r.stdout != "" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+	// fence-host without --host on a terminal (a pty made by script(1))
+	// says what it waits for; stdin at its end, it stops with exit 2.
+	pty := exec.Command("script", "-qfec", testenv.Bin(t, "rbdfence")+" fence-host --config "+cfg, "/dev/null")
+	pty.Stdin = strings.NewReader("")
+	out, err := pty.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "reading the host's XML, base64, from stdin") {
+		t.Errorf("fence-host on a terminal: %v\n%s", err, out)
 	}
 	t.Run("host step garbage", func(t *testing.T) {
 		r := rbdfence(t, "{not json", "host", "--config", cfg)
@@ -453,6 +495,25 @@ func TestBlocklistLsAndUnfence(t *testing.T) {
 	if !found {
 		t.Fatalf("blocklist ls must show %s with VM %d and image %s: %+v", z.Addr, vm, img, es)
 	}
+	// A fence of no VM (rbdfence fence): "vm": null, never a -1.
+	img2 := c.NewImage(t, "unfence2")
+	z2 := testenv.StartZombie(t, c, img2, "idle")
+	if r := rbdfence(t, "", "fence", "--config", cfg, "--image", img2); r.code != 0 {
+		t.Fatalf("fence: exit %d %s", r.code, r.stderr)
+	}
+	r = rbdfence(t, "", "blocklist", "ls", "--config", cfg, "-j")
+	var raw []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &raw); err != nil || strings.Contains(r.stdout, `"vm": -1`) {
+		t.Fatalf("blocklist ls -j: %v\n%s", err, r.stdout)
+	}
+	for _, e := range raw {
+		if v, ok := e["vm"]; e["address"] == z2.Addr && (!ok || v != nil) {
+			t.Fatalf("the entry of a fence of no VM: %v", e)
+		}
+	}
+	if r = rbdfence(t, "", "blocklist", "ls", "--config", cfg); strings.Contains(r.stdout, " -1 ") {
+		t.Fatalf("blocklist ls:\n%s", r.stdout)
+	}
 	// Without a terminal and without --yes nothing is removed.
 	r = rbdfence(t, "", "unfence", z.Addr, "--config", cfg)
 	if r.code != 2 || !strings.Contains(r.stderr, "--yes") {
@@ -472,6 +533,10 @@ func TestBlocklistLsAndUnfence(t *testing.T) {
 	}
 	if _, ok := c.BlocklistEntries(t)[z.Addr]; ok {
 		t.Fatal("entry not removed")
+	}
+	r = rbdfence(t, "", "unfence", z2.Addr, "--yes", "--config", cfg, "--id", c.RMUser, "--keyring", c.RMUserKeyring)
+	if r.code != 0 || !strings.Contains(r.stdout, "unfenced "+z2.Addr+" (added by rbdfence fence for host ") || strings.Contains(r.stdout, "VM -1") {
+		t.Fatalf("unfence of a fence of no VM: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
 
