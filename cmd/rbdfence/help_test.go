@@ -121,3 +121,14 @@ func TestDeployName(t *testing.T) {
 		t.Fatalf("%q %q", deploy(3), deploy(-1))
 	}
 }
+
+// TestVerbsDocumented: docs/CLI.md prints the verb table of the help.
+func TestVerbsDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/CLI.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), verbsMarkdown()) {
+		t.Fatalf("docs/CLI.md does not print the verbs as rbdfence help says them:\n%s", verbsMarkdown())
+	}
+}
