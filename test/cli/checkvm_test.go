@@ -2,9 +2,7 @@ package cli_test
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,21 +20,12 @@ func TestCheckVMAndAll(t *testing.T) {
 	running := c.NewImage(t, "vmrun")
 	stopped := c.NewImage(t, "vmstop")
 	vmRun, vmStop := newVMID(), newVMID()
-	sim := onedsim.New("oneadmin:checkpw")
+	sim, cfg, _ := withOned(t, c, "checkpw")
 	disk := func(spec string) onedsim.Disk {
 		return onedsim.Disk{ID: 0, Source: spec, Persistent: true, CephHost: c.Mon, CephUser: c.User, CephKey: c.Keyring}
 	}
 	sim.Put(onedsim.VM{ID: vmRun, Name: "web", Host: "hostA", Seq: 2, Disks: []onedsim.Disk{disk(running)}})
 	sim.Put(onedsim.VM{ID: vmStop, Name: "db", Host: "hostB", Seq: 5, State: onedsim.StatePoweroff, Disks: []onedsim.Disk{disk(stopped)}})
-	if err := sim.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	auth := filepath.Join(t.TempDir(), "one_auth")
-	os.WriteFile(auth, []byte("oneadmin:checkpw\n"), 0o600)
-	cfg, _ := writeConfig(t, c, "")
-	b, _ := os.ReadFile(cfg)
-	os.WriteFile(cfg, append(b, []byte("opennebula:\n  endpoint: "+sim.URL()+"\n  auth_file: "+auth+"\n")...), 0o600)
 
 	// The running VM's instance starts and is recorded; then a zombie appears.
 	req := hoststep.Request{VM: vmRun, Seq: 2, Host: "hostA", Run: "cv", Source: "frontend", Disks: []vmdisk.Disk{{ID: "0", Pool: "one", Name: strings.TrimPrefix(running, "one/")}}}

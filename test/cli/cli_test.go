@@ -21,6 +21,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/metrics"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
+	"github.com/rbdfence/rbdfence/test/onedsim"
 	"github.com/rbdfence/rbdfence/test/testenv"
 )
 
@@ -55,6 +56,23 @@ state_dir: %s
 		t.Fatal(err)
 	}
 	return cfgPath, auditPath
+}
+
+// withOned starts the oned stand-in (user oneadmin, password pass) and
+// writes a config for client.libvirt that reaches it.
+func withOned(t *testing.T, c *testenv.Ceph, pass string) (sim *onedsim.Sim, cfg, auth string) {
+	t.Helper()
+	sim = onedsim.New("oneadmin:" + pass)
+	if err := sim.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	auth = filepath.Join(t.TempDir(), "one_auth")
+	os.WriteFile(auth, []byte("oneadmin:"+pass+"\n"), 0o600)
+	cfg, _ = writeConfig(t, c, "")
+	b, _ := os.ReadFile(cfg)
+	os.WriteFile(cfg, append(b, []byte("opennebula:\n  endpoint: "+sim.URL()+"\n  auth_file: "+auth+"\n")...), 0o600)
+	return sim, cfg, auth
 }
 
 func rbdfence(t *testing.T, stdin string, args ...string) result {

@@ -34,22 +34,15 @@ func TestExitCodeTable(t *testing.T) {
 	zombie := testenv.StartZombie(t, c, fenced, "idle")
 
 	// oned (the test stand-in): one healthy host, one VM.
-	sim := onedsim.New("oneadmin:exitpw")
+	sim, cfg, auth := withOned(t, c, "exitpw")
 	sim.PutHost(onedsim.Host{ID: 7, Name: "healthy", State: onedsim.HostMonitored, LastMonitored: time.Now()})
 	vm := newVMID()
 	sim.Put(onedsim.VM{ID: vm, Name: "x", Host: "healthy", Seq: 1, Disks: []onedsim.Disk{{ID: 0, Source: clean, Persistent: true, CephHost: c.Mon, CephUser: c.User, CephKey: c.Keyring}}})
-	if err := sim.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
 	dir := t.TempDir()
-	auth := filepath.Join(dir, "one_auth")
-	os.WriteFile(auth, []byte("oneadmin:exitpw\n"), 0o600)
-	cfg, _ := writeConfig(t, c, "")
-	base, _ := os.ReadFile(cfg)
-	os.WriteFile(cfg, append(base, []byte("opennebula:\n  endpoint: "+sim.URL()+"\n  auth_file: "+auth+"\n")...), 0o600)
+	base, _ := writeConfig(t, c, "")
+	b, _ := os.ReadFile(base)
 	deadOned := filepath.Join(dir, "dead-oned.yaml")
-	os.WriteFile(deadOned, append(base, []byte("opennebula:\n  endpoint: http://127.0.0.1:1/RPC2\n  auth_file: "+auth+"\n")...), 0o600)
+	os.WriteFile(deadOned, append(b, []byte("opennebula:\n  endpoint: http://127.0.0.1:1/RPC2\n  auth_file: "+auth+"\n")...), 0o600)
 	badCfg := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(badCfg, []byte("fence:\n  expire: soon\n"), 0o600)
 	badKey := filepath.Join(dir, "bad.keyring")

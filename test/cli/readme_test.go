@@ -162,22 +162,12 @@ func TestREADMECommands(t *testing.T) {
 
 func runREADME(t *testing.T, cmds []string) {
 	c := testenv.StartCeph(t)
-	dir := t.TempDir()
 	img := c.NewImage(t, "readme")
 	vm := newVMID()
-	sim := onedsim.New("oneadmin:readmepw")
+	sim, cfg, _ := withOned(t, c, "readmepw")
 	sim.PutHost(onedsim.Host{ID: 3, Name: "node3", State: onedsim.HostMonitored, LastMonitored: time.Now()})
 	sim.Put(onedsim.VM{ID: vm, Name: "readme", Host: "node1", Seq: 1, State: onedsim.StatePoweroff,
 		Disks: []onedsim.Disk{{ID: 0, Source: img, Persistent: true, CephHost: c.Mon, CephUser: c.User, CephKey: c.Keyring}}})
-	if err := sim.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	auth := filepath.Join(dir, "one_auth")
-	os.WriteFile(auth, []byte("oneadmin:readmepw\n"), 0o600)
-	cfg, _ := writeConfig(t, c, "")
-	b, _ := os.ReadFile(cfg)
-	os.WriteFile(cfg, append(b, []byte("opennebula:\n  endpoint: "+sim.URL()+"\n  auth_file: "+auth+"\n")...), 0o600)
 
 	// An entry for the README's unfence and blocklist rm lines.
 	zimg := c.NewImage(t, "readmez")
