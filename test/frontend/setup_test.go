@@ -43,6 +43,7 @@ type fe struct {
 	remotes string // prefix/var/lib/one/remotes
 	cfgPath string
 	extra   string // extra YAML appended to the front-end config
+	action  string // timeouts.action of the front-end config ("" for the default)
 }
 
 var vmSeq struct {
@@ -176,6 +177,7 @@ printf '%%s\n' "$@" > %[1]s/migrate-$n.args
 cat > %[1]s/migrate-$n.stdin
 ip -4 -o addr show > %[1]s/migrate-$n.where
 rados -c %[2]s --id %[3]s --keyring %[4]s -p one get %[5]s$4 %[1]s/migrate-$n.claim 2>%[1]s/migrate-$n.err
+if [ -f %[1]s/migrate.sleep ]; then sleep "$(cat %[1]s/migrate.sleep)"; fi
 if [ -f %[1]s/migrate.fail ]; then echo "Could not migrate $1 to $2" >&2; exit 1; fi
 exit 0
 `, rec, f.ceph.Conf, f.ceph.User, f.ceph.Keyring, strings.TrimSuffix(engine.ClaimObject(0), "0")), 0o755)
@@ -210,6 +212,10 @@ spool_dir: %s
 state_dir: %s
 `, f.ceph.Mon, f.ceph.User, f.ceph.Keyring, f.path("host-audit.log"), f.path("host-spool"), f.path("host-state")), 0o644)
 	f.cfgPath = f.path("rbdfence.yaml")
+	action := ""
+	if f.action != "" {
+		action = "  action: " + f.action + "\n"
+	}
 	f.write(f.cfgPath, fmt.Sprintf(`opennebula:
   endpoint: %s
   auth_file: %s
@@ -224,10 +230,10 @@ timeouts:
   oned: 3s
   ssh: 60s
   total: 90s
-audit_log: %s
+%saudit_log: %s
 spool_dir: %s
 %s`, f.sim.URL(), f.path("one_auth"), f.path("ssh"), filepath.Join(f.remotes, "rbdfence/rbdfence-host"), f.path("host.yaml"),
-		f.path("hostremotes"), f.path("frontend-audit.log"), f.path("spool"), f.extra), 0o644)
+		f.path("hostremotes"), action, f.path("frontend-audit.log"), f.path("spool"), f.extra), 0o644)
 }
 
 // result is one driver run.
