@@ -43,7 +43,9 @@ type fe struct {
 	remotes string // prefix/var/lib/one/remotes
 	cfgPath string
 	extra   string // extra YAML appended to the front-end config
-	action  string // timeouts.action of the front-end config ("" for the default)
+	// timeouts.ssh, .total and .action of the front-end config ("": 60s,
+	// 90s and the default)
+	sshTimeout, totalTimeout, action string
 }
 
 var vmSeq struct {
@@ -228,12 +230,19 @@ timeouts:
   connect: 5s
   ceph_op: 10s
   oned: 3s
-  ssh: 60s
-  total: 90s
+  ssh: %s
+  total: %s
 %saudit_log: %s
 spool_dir: %s
 %s`, f.sim.URL(), f.path("one_auth"), f.path("ssh"), filepath.Join(f.remotes, "rbdfence/rbdfence-host"), f.path("host.yaml"),
-		f.path("hostremotes"), action, f.path("frontend-audit.log"), f.path("spool"), f.extra), 0o644)
+		f.path("hostremotes"), or(f.sshTimeout, "60s"), or(f.totalTimeout, "90s"), action, f.path("frontend-audit.log"), f.path("spool"), f.extra), 0o644)
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // result is one driver run.
