@@ -1,40 +1,17 @@
 package frontend_test
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 )
 
 // waitSessionGone waits until no remote start script of this test (sh -c
 // ... rbdfence-start ..., with a host config in this test's directory)
-// runs any more: the test hosts share the machine's processes, so a
-// remote shell that outlives its ssh client is seen here.
+// runs any more: a remote shell that outlives its ssh client is seen here.
 func (f *fe) waitSessionGone() {
 	f.t.Helper()
-	mark := []byte(f.dir + "/")
-	deadline := time.Now().Add(time.Minute)
-	for {
-		busy := false
-		m, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-		for _, p := range m {
-			b, err := os.ReadFile(p)
-			if err == nil && bytes.Contains(b, []byte("\x00rbdfence-start\x00")) && bytes.Contains(b, mark) {
-				busy = true
-				break
-			}
-		}
-		if !busy {
-			return
-		}
-		if time.Now().After(deadline) {
-			f.t.Fatal("the remote start script still runs a minute after the front-end gave up")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	f.waitGone("the remote start script, a minute after the front-end gave up,", []byte("\x00rbdfence-start\x00"), time.Minute)
 }
 
 // TestSessionStartOnlyWhileWaited (issue 18 item 13): the one-session

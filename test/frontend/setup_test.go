@@ -297,14 +297,22 @@ func (f *fe) run(prog string, stdin string, args ...string) result {
 // runs.
 func (f *fe) waitDetached() {
 	f.t.Helper()
+	f.waitGone("the host's background record", []byte("--detached"), 2*time.Minute)
+}
+
+// waitGone waits until no process whose command line holds both needle and
+// this test's directory runs (the test hosts share the machine's
+// processes), failing the test after within.
+func (f *fe) waitGone(what string, needle []byte, within time.Duration) {
+	f.t.Helper()
 	mark := []byte(f.dir + "/")
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(within)
 	for {
 		busy := false
 		m, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 		for _, p := range m {
 			b, err := os.ReadFile(p)
-			if err == nil && bytes.Contains(b, []byte("--detached")) && bytes.Contains(b, mark) {
+			if err == nil && bytes.Contains(b, needle) && bytes.Contains(b, mark) {
 				busy = true
 				break
 			}
@@ -313,7 +321,7 @@ func (f *fe) waitDetached() {
 			return
 		}
 		if time.Now().After(deadline) {
-			f.t.Fatal("the host's background record still runs after 2 minutes")
+			f.t.Fatalf("%s still runs after %s", what, within)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
