@@ -26,6 +26,8 @@ type ClaimResult struct {
 	// Wake is true when the start is the restore of a guest asleep on its
 	// host (pmsuspended): it is woken up, nothing is fenced.
 	Wake bool `json:"wake,omitempty"`
+	// Elsewhere: a host fence left the claim alone, which names this host.
+	Elsewhere string `json:"elsewhere,omitempty"`
 }
 
 // observe looks at Ceph before the change is decided, under the lease, and
@@ -65,6 +67,7 @@ func (e *Engine) apply(ctx context.Context, w Who, imgs []Image, ev Event, look 
 			res.Wake = true
 			res.Report = e.handover(ctx, imgs)
 		}
+		res.Elsewhere = rd.Elsewhere
 		if f := rd.Fence; f != nil {
 			extra := f.Recorded
 			if f.Writers {

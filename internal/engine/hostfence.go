@@ -21,8 +21,10 @@ const SourceHostFence = "fence-host"
 
 // HostVM is one VM placed on a failed host, with its images in this cluster.
 type HostVM struct {
-	VM     int
-	Seq    int // OpenNebula's HISTORY SEQ of its placement on the host
+	VM  int
+	Seq int // OpenNebula's HISTORY SEQ of its placement on the host
+	// Stime is the VM's STIME (Claim.Stime): which VM of that id.
+	Stime  int64
 	Images []Image
 }
 
@@ -162,7 +164,7 @@ func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			c, err := e.ReadClaim(ctx, hf.Pool, v.VM)
+			c, _, err := e.ClaimOf(ctx, Who{VM: v.VM, Pool: hf.Pool, Stime: v.Stime})
 			if err != nil {
 				res.VMs[i].Error = fmt.Sprintf("cannot read its claim: %v", err)
 				return
@@ -370,59 +372,36 @@ func exclusiveOnly(r *Report, notExclusive map[string]bool) *Report {
 	return &out
 }
 
-// writeFenced marks the VM's claim fenced under its lease, with the addresses
-// fenced on its exclusive images added to those recorded. A claim that names
-// another host meanwhile (a start elsewhere won the race) is left alone.
-//
-// What the marking must keep (for the claim transition that replaces it):
-// the previous claim's Seq (the larger of it and the placement's), Host,
-// HostAddrs, Instance, Addrs and Images, every entry it did not fence
-// included (a detached disk's, another Ceph access's); it adds only the
-// clients it fenced on exclusive images (r holds no other); it must not
-// turn the host's identity into anything wider. It drops an open Window
-// today, and with it the window's DstAddrs, which it did not fence: issue
-// 18 item 7's rule says a rewrite keeps those.
+// writeFenced marks the VM's claim fenced under its lease (Transition,
+// OpHostFenced), with the addresses fenced on its exclusive images (r holds
+// no other) added to those recorded. A claim that names another host
+// meanwhile (a start elsewhere won the race) is left alone: its host is
+// returned.
 func (e *Engine) writeFenced(ctx context.Context, hf HostFence, v HostVM, r *Report) (*Claim, string, error) {
-	w := Who{VM: v.VM, Seq: v.Seq, Host: hf.Host, Source: SourceHostFence, Run: hf.Run, Pool: hf.Pool}
-	elsewhere := ""
-	c, err := e.txn(ctx, w, func(prev *Claim, _ stillOurs) (*Claim, bool, error) {
-		if prev != nil && !onFailedHost(prev, hf) {
-			elsewhere = prev.Host
-			return nil, false, nil
-		}
-		next := &Claim{Seq: v.Seq, Host: hf.Host, Source: SourceHostFence}
-		if prev != nil {
-			next.Seq, next.Host, next.HostAddrs, next.Instance = max(prev.Seq, v.Seq), prev.Host, prev.HostAddrs, prev.Instance
-			next.Addrs = append([]Addr(nil), prev.Addrs...)
-			next.Images = map[string][]Addr{}
-			for k, as := range prev.Images {
-				next.Images[k] = append([]Addr(nil), as...)
+	w := Who{VM: v.VM, Seq: v.Seq, Host: hf.Host, Source: SourceHostFence, Run: hf.Run, Pool: hf.Pool, Stime: v.Stime}
+	var fenced []Seen
+	for _, im := range r.Images {
+		s := Seen{Image: im.Image, Exclusive: true}
+		for _, c := range im.Clients {
+			if c.Fenced() {
+				s.Watchers = appendUnique(s.Watchers, c.addr)
 			}
 		}
-		next.State = StateFenced
-		for _, im := range r.Images {
-			for _, c := range im.Clients {
-				if !c.Fenced() {
-					continue
-				}
-				if next.Images == nil {
-					next.Images = map[string][]Addr{}
-				}
-				if !slices.Contains(next.Images[im.Image], c.addr) {
-					next.Images[im.Image] = append(next.Images[im.Image], c.addr)
-					sortAddrs(next.Images[im.Image])
-				}
-				next.Addrs = appendUnique(next.Addrs, c.addr)
-			}
-		}
-		sortAddrs(next.Addrs)
-		return next, false, nil
-	})
+		fenced = append(fenced, s)
+	}
+	res, err := e.apply(ctx, w, nil, Event{Op: OpHostFenced, Failed: Who{Host: hf.Host, HostIPs: hf.HostIPs}, Seen: fenced}, nil)
 	var held *ClaimHeldError
 	if errors.As(err, &held) {
 		return nil, "", fmt.Errorf("%w; its clients on %s are fenced, but the claim could not be marked: run fence-host again", err, hf.Host)
 	}
-	return c, elsewhere, err
+	if err != nil {
+		return nil, "", err
+	}
+	if res.Elsewhere != "" {
+		return nil, res.Elsewhere, nil
+	}
+	c := res.Claim
+	return &c, "", nil
 }
 
 // blocklistWhole adds ip:0/0 for every ip (all at once).

@@ -48,10 +48,15 @@ const (
 	OpAdopt
 	// OpReplace: write Event.Claim as it is (admin and tests).
 	OpReplace
+	// OpHostFenced: fence-host fenced the VM's clients on a failed host
+	// (Event.Failed): the claim of an instance there is marked fenced with
+	// what was fenced (Event.Seen) recorded; a claim of another host is
+	// left alone.
+	OpHostFenced
 )
 
 var opNames = [...]string{OpStart: "start", OpRecord: "record", OpAttach: "attach", OpOpenWindow: "open-window",
-	OpCloseWindow: "close-window", OpIncoming: "incoming", OpReset: "reset", OpAdopt: "adopt", OpReplace: "replace"}
+	OpCloseWindow: "close-window", OpIncoming: "incoming", OpReset: "reset", OpAdopt: "adopt", OpReplace: "replace", OpHostFenced: "host-fenced"}
 
 func (o Op) String() string {
 	if o > 0 && int(o) < len(opNames) {
@@ -67,8 +72,11 @@ type Event struct {
 	// Now is the step's clock (windows expire against it).
 	Now time.Time
 	// Seen is what Ceph shows on the step's images, in the step's scope
-	// (OpRecord; OpCloseWindow with Migrated: the destination's clients).
+	// (OpRecord; OpCloseWindow with Migrated: the destination's clients;
+	// OpHostFenced: the clients fenced on the VM's exclusive images).
 	Seen []Seen
+	// Failed is the failed host (OpHostFenced): its name and addresses.
+	Failed Who
 	// Src, Dst and TTL: the migration (OpOpenWindow, OpCloseWindow).
 	Src, Dst string
 	TTL      time.Duration
@@ -120,6 +128,9 @@ type Ready struct {
 	// Wake: the start is the restore of a guest asleep on its host
 	// (pmsuspended): it is only woken up; nothing is fenced or written.
 	Wake bool
+	// Elsewhere (OpHostFenced): the claim names this other host; left
+	// alone.
+	Elsewhere string
 
 	// disowned are recorded addresses the change showed are not the VM's
 	// (a claim of an older version recorded other VMs' clients of shared
@@ -163,6 +174,8 @@ func Transition(prev *Claim, ev Event) Ready {
 		rd = closeWindow(prev, ev)
 	case OpIncoming:
 		rd = incoming(prev, ev)
+	case OpHostFenced:
+		rd = hostFenced(prev, ev)
 	case OpReset:
 		rd = Ready{Clear: prev != nil}
 	case OpAdopt:
@@ -557,6 +570,48 @@ func closeWindow(prev *Claim, ev Event) Ready {
 		rd.ImageRecords = true
 	}
 	return rd
+}
+
+// hostFenced marks the claim of the VM's instance on the failed host fenced:
+// the instance and its recorded addresses stay (the deploy, the host and
+// its addresses, the identity, every entry it did not fence), the clients
+// fenced on its exclusive images are added, so that the reschedule
+// elsewhere is admitted (StateFenced) and fences them again. An open window
+// is closed: its destination copy's addresses stay recorded (carry). A
+// claim that names another host (a start elsewhere won the race) is left
+// alone.
+func hostFenced(prev *Claim, ev Event) Ready {
+	w := ev.Who
+	if prev != nil && !sameHost(prev, ev.Failed) {
+		return Ready{Elsewhere: prev.Host}
+	}
+	next := &Claim{Seq: w.Seq, Host: ev.Failed.Host, Source: SourceHostFence}
+	if prev != nil {
+		next.Seq, next.Host, next.HostAddrs, next.Instance = max(prev.Seq, w.Seq), prev.Host, prev.HostAddrs, prev.Instance
+		next.Addrs = slices.Clone(prev.Addrs)
+		next.Earlier = slices.Clone(prev.Earlier)
+		if prev.Images != nil {
+			next.Images = map[string][]Addr{}
+			for k, as := range prev.Images {
+				next.Images[k] = slices.Clone(as)
+			}
+		}
+	}
+	next.State = StateFenced
+	for _, s := range ev.Seen {
+		for _, a := range s.Watchers {
+			if next.Images == nil {
+				next.Images = map[string][]Addr{}
+			}
+			if !slices.Contains(next.Images[s.Image], a) {
+				next.Images[s.Image] = append(next.Images[s.Image], a)
+				sortAddrs(next.Images[s.Image])
+			}
+			next.Addrs = appendUnique(next.Addrs, a)
+		}
+	}
+	sortAddrs(next.Addrs)
+	return Ready{Next: next}
 }
 
 // incoming accepts the incoming migration of the window the claim holds:

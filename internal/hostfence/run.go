@@ -142,7 +142,7 @@ func plan(cfg *config.Config, vms []*opennebula.VMInfo) []*clusterPlan {
 				idx[key] = p
 				out = append(out, p)
 			}
-			p.vms = append(p.vms, engine.HostVM{VM: vm.ID, Seq: vm.Seq, Images: g.Images})
+			p.vms = append(p.vms, engine.HostVM{VM: vm.ID, Seq: vm.Seq, Stime: vm.Stime, Images: g.Images})
 		}
 	}
 	return out
