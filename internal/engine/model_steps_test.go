@@ -410,7 +410,8 @@ func (w *world) steps(b bound) []step {
 				// (internal/frontend/restore.go): identity unknown.
 				err := w.feStartAs(o, crash, h, w.op.seq, 0, true)
 				if err != nil {
-					if w.hosts[h].dom.asleep && w.domainActive(h) && !w.hosts[h].silent && !w.hosts[h].cut && !errors.Is(err, errCrashed) {
+					var held *engine.ClaimHeldError // another run at work: retry later
+					if w.hosts[h].dom.asleep && w.domainActive(h) && !w.hosts[h].silent && !w.hosts[h].cut && !errors.Is(err, errCrashed) && !errors.As(err, &held) {
 						o.wakeRefused = true
 					}
 					w.restoreFailed(o)
@@ -738,10 +739,15 @@ func (w *world) steps(b bound) []step {
 				}})
 			add(step{name: "oned restarts; recover --failure", budget: bChange,
 				run: func(w *world, o *stepOut, _ int) {
-					if w.op.deploy() {
-						w.deployFailed(o)
-					} else {
+					switch {
+					case w.op.migration():
 						w.migrateReverted(o)
+					case w.op.stage == stRestore || w.op.stage == stRestoring:
+						w.restoreFailed(o)
+					case w.op.stage >= stAttach:
+						w.op = feOp{} // the attach failed: oned removes the disk
+					default:
+						w.deployFailed(o)
 					}
 				}})
 		}
@@ -749,9 +755,16 @@ func (w *world) steps(b bound) []step {
 			add(step{name: "oned: recover --retry", budget: bChange,
 				run: func(w *world, o *stepOut, _ int) {
 					c := w.cur()
-					if w.op.stage != stNone && !w.op.deploy() {
+					switch {
+					case w.op.migration():
 						w.op = feOp{stage: stPremigrate, seq: w.op.seq, host: w.op.host, src: w.op.src}
 						w.lcm = lcmMigrate
+						return
+					case w.op.stage == stRestore || w.op.stage == stRestoring:
+						w.op = feOp{stage: stRestore, seq: w.op.seq, host: w.op.host}
+						return
+					case w.op.stage >= stAttach:
+						w.op = feOp{stage: stAttach, seq: w.op.seq, host: w.op.host}
 						return
 					}
 					w.op = feOp{stage: stPrestart, seq: c.seq, host: c.host, file: w.newFile()}

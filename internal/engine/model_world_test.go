@@ -144,6 +144,8 @@ type feOp struct {
 	file int64
 }
 
+func (o feOp) migration() bool { return o.stage >= stPremigrate && o.stage <= stFailmigrate }
+
 func (o feOp) deploy() bool {
 	return (o.stage >= stPrestart && o.stage <= stCreating) || o.stage == stStalled
 }

@@ -324,6 +324,17 @@ func start(prev *Claim, ev Event) Ready {
 	if err := admit(w, prev, ev.Now); err != nil {
 		return Ready{Refusal: err}
 	}
+	if prev != nil && w.Seq >= 0 && prev.Window != nil && prev.Window.Seq > w.Seq {
+		// The claim knows of a migration's newer deploy: a start of an
+		// older one is stale (a process that paused and resumed).
+		return Ready{Refusal: &NewerDeployError{VM: w.VM, Ours: w.Seq, Recorded: *prev}}
+	}
+	if s := settle(prev, w.Seq, w); s != nil {
+		// oned starts the window's deploy (or a newer one) on its
+		// destination: the migration ended there; the instance the claim
+		// knows of on this host is the destination's copy.
+		prev = s
+	}
 	if w.Source == SourceFrontend && w.Domain.Seen == DomainAsleep {
 		// The restore of a guest that suspended itself to RAM: OpenNebula
 		// only wakes the domain (release-7.4.0 vmm_mad/remotes/kvm/restore:

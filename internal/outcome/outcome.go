@@ -55,7 +55,7 @@ var table = []info{
 	Failure: {"failure", 1, "a check, fence or step did not complete (the message names the image and client)"},
 	Usage:   {"usage", 2, "bad arguments, input or configuration (unknown VM, malformed stdin, bad domain XML; the message names the key)"},
 	// "ceph" is the name hosts and front-ends of every version exchange.
-	Unavailable: {"ceph", 3, "the check could not be done: Ceph (or ssh, oned) unreachable, credentials refused (`fence.fail_open: true` lets a start go on)"},
+	Unavailable: {"ceph", 3, "the check could not be done: Ceph (or ssh, oned, libvirt) unreachable, credentials refused (`fence.fail_open: true` lets a start go on)"},
 	Refused:     {"refused", 4, "refused by the VM's claim (another run holds it, a newer deploy, another host, no handover for an incoming migration) or because the VM already runs on the host; `fence-host`: the host is not failed (not ERROR/OFFLINE, or still reports)"},
 	Found:       {"found", 5, "CLI `check` only: foreign clients found that `fence` would fence"},
 }
