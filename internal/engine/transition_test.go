@@ -164,3 +164,34 @@ func TestTransitionCarries(t *testing.T) {
 		t.Fatalf("premigrate from the old window's destination: %+v window %+v", rd.Next, rd.Next.Window)
 	}
 }
+
+// A front-end start of a window's deploy on its destination (a resume of
+// the migrated VM after a missed postmigrate) is a start on the host where
+// the claim's instance may run: it needs libvirt's answer there. A start of
+// a deploy older than the window's is stale. (Both found by the model.)
+func TestTransitionStartAfterWindow(t *testing.T) {
+	dst := tAddr("10.0.0.2:0/21")
+	withWindow := func() *engine.Claim {
+		c := running()
+		c.State = engine.StateMigrating
+		c.Window = &engine.Window{Src: "h1", Dst: "h2", Seq: 4, From: 3, Instance: 1000, Opened: tNow, Expires: tNow.Add(time.Hour), DstAddrs: []engine.Addr{dst}}
+		return c
+	}
+	w := tWho("h2", 4, engine.SourceFrontend, "10.0.0.2")
+	w.Domain = engine.Domain{Seen: engine.DomainNoAnswer, Said: "did not answer"}
+	var du *engine.DomainUnknownError
+	if rd := engine.Transition(withWindow(), engine.Event{Op: engine.OpStart, Who: w, Now: tNow}); !errors.As(rd.Refusal, &du) {
+		t.Fatalf("deploy #4 on the window's destination, libvirt silent: %+v", rd)
+	}
+	w.Domain = engine.Domain{Seen: engine.DomainAbsent, Said: "shut off"}
+	rd := engine.Transition(withWindow(), engine.Event{Op: engine.OpStart, Who: w, Now: tNow})
+	if rd.Refusal != nil || rd.Fence == nil || !slices.Contains(rd.Fence.Recorded, dst) || !slices.Contains(rd.Fence.Recorded, tAddr("10.0.0.1:0/11")) {
+		t.Fatalf("deploy #4 on the destination, libvirt says absent: fence both copies: %+v", rd)
+	}
+	var nd *engine.NewerDeployError
+	old := tWho("h1", 3, engine.SourceFrontend, "10.0.0.1")
+	old.Domain = engine.Domain{Seen: engine.DomainAbsent, Said: "shut off"}
+	if rd := engine.Transition(withWindow(), engine.Event{Op: engine.OpStart, Who: old, Now: tNow}); !errors.As(rd.Refusal, &nd) {
+		t.Fatalf("a start of deploy #3 while the window of #4 is open: %+v", rd)
+	}
+}
