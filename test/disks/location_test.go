@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/fencer"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
@@ -115,15 +116,28 @@ func installReq(t *testing.T, f map[string]any) *hoststep.Request {
 // of staging's VM may fence prod's running VM; prod's claim stays as it
 // is. A claim an older rbdfence wrote (no identity) is adopted only by the
 // VM oned shows it is for.
-func TestTwoInstallationsShareClaimPool(t *testing.T) {
+// installations are prod's and staging's disk and host of one VM id, each
+// installation's VM created at its own time (STIME).
+type installations struct {
+	c                 *testenv.Ceph
+	prodDisk, stgDisk vmdisk.Disk
+	prodHost, stgHost *config.Config
+}
+
+const prodStime, stgStime = int64(1700000000), int64(1760000000)
+
+func newInstallations(t *testing.T) *installations {
 	c := testenv.StartCeph(t)
+	return &installations{c: c, prodDisk: adminDisk(c, "0", c.NewImage(t, "prod")), stgDisk: adminDisk(c, "0", c.NewImage(t, "stg")),
+		prodHost: hostConfig(t, c, "127.0.0.1"), stgHost: hostConfig(t, c, "192.0.2.61")}
+}
+
+func disks(d vmdisk.Disk) []vmdisk.Disk { return []vmdisk.Disk{d} }
+
+func TestTwoInstallationsShareClaimPool(t *testing.T) {
+	in := newInstallations(t)
+	c, prodDisk, stgDisk, prodHost, stgHost := in.c, in.prodDisk, in.stgDisk, in.prodHost, in.stgHost
 	vm := newVM()
-	const prodStime, stgStime = int64(1700000000), int64(1760000000)
-	prodDisk := adminDisk(c, "0", c.NewImage(t, "prod"))
-	stgDisk := adminDisk(c, "0", c.NewImage(t, "stg"))
-	prodHost := hostConfig(t, c, "127.0.0.1")
-	stgHost := hostConfig(t, c, "192.0.2.61")
-	disks := func(d vmdisk.Disk) []vmdisk.Disk { return []vmdisk.Disk{d} }
 
 	step(t, prodHost, installReq(t, map[string]any{"op": "start", "vm": vm, "seq": 5, "host": "kvm1", "source": "frontend", "disks": disks(prodDisk), "stime": prodStime}))
 	zp := testenv.StartZombie(t, c, prodDisk.Pool+"/"+prodDisk.Name, "write")
@@ -157,13 +171,8 @@ func TestTwoInstallationsShareClaimPool(t *testing.T) {
 // history has that deploy on kvm9) then records its instance: the old claim
 // is its own and keeps what it recorded.
 func TestOlderClaimAdoptedOnlyByItsVM(t *testing.T) {
-	c := testenv.StartCeph(t)
-	const prodStime, stgStime = int64(1700000000), int64(1760000000)
-	prodDisk := adminDisk(c, "0", c.NewImage(t, "prod"))
-	stgDisk := adminDisk(c, "0", c.NewImage(t, "stg"))
-	prodHost := hostConfig(t, c, "127.0.0.1")
-	stgHost := hostConfig(t, c, "192.0.2.61")
-	disks := func(d vmdisk.Disk) []vmdisk.Disk { return []vmdisk.Disk{d} }
+	in := newInstallations(t)
+	c, prodDisk, stgDisk, prodHost, stgHost := in.c, in.prodDisk, in.stgDisk, in.prodHost, in.stgHost
 	vm2 := newVM()
 	zs := testenv.StartZombie(t, c, stgDisk.Pool+"/"+stgDisk.Name, "write")
 	zs.WaitWrite(t, true, 30*time.Second)

@@ -279,17 +279,7 @@ func TestHookStaleMarkFences(t *testing.T) {
 func TestHostStepRefusesRunningDomain(t *testing.T) {
 	e := newEnv(t, "")
 	id := vmID(13)
-	e.removeClaimAtCleanup(id)
-	image := e.ceph.NewImage(t, "hooktest-running")
-	e.frontendClaim(id, 3, hostName)
-	live, _ := libvirttest.Create(t, e.xml(oneName(id), e.disk(image, false)))
-	zombieWrites(t, live, 0xaa)
-	addr := e.waitWatchers(image, 1)[0]
-	waitClaim(t, e, id, func(c *engine.Claim) bool { return c.State == engine.StateRunning && len(c.Addrs) == 1 })
-
-	pool, img, _ := strings.Cut(image, "/")
-	req := hoststep.Request{Op: hoststep.OpStart, VM: id, Seq: 3, Host: hostName, Run: "hooktest-resume", Source: engine.SourceFrontend,
-		Disks: []vmdisk.Disk{{ID: "0", Pool: pool, Name: img}}}
+	live, addr, req := e.runningVM(t, id, "hooktest-running")
 	resp, code := e.hostStep(req, libvirttest.URI())
 	if code == 0 {
 		t.Fatalf("the start step for a running domain must fail: %+v", resp)
@@ -301,6 +291,24 @@ func TestHostStepRefusesRunningDomain(t *testing.T) {
 		t.Fatal("the running VM was fenced")
 	}
 	zombieWrites(t, live, 0xab)
+}
+
+// runningVM starts VM id's domain on this host (deploy #3 claimed here,
+// its instance writing and recorded by the hook's started) and returns the
+// domain, its client's address and the request of the front-end's start
+// step for that deploy on this host (a resume of the VM in UNKNOWN).
+func (e *env) runningVM(t *testing.T, id int, tag string) (dom, addr string, start hoststep.Request) {
+	t.Helper()
+	e.removeClaimAtCleanup(id)
+	image := e.ceph.NewImage(t, tag)
+	e.frontendClaim(id, 3, hostName)
+	dom, _ = libvirttest.Create(t, e.xml(oneName(id), e.disk(image, false)))
+	zombieWrites(t, dom, 0xaa)
+	addr = e.waitWatchers(image, 1)[0]
+	waitClaim(t, e, id, func(c *engine.Claim) bool { return c.State == engine.StateRunning && len(c.Addrs) == 1 })
+	pool, img, _ := strings.Cut(image, "/")
+	return dom, addr, hoststep.Request{Version: hoststep.Version, Op: hoststep.OpStart, VM: id, Seq: 3, Host: hostName, Run: "hooktest-resume",
+		Source: engine.SourceFrontend, Disks: []vmdisk.Disk{{ID: "0", Pool: pool, Name: img}}}
 }
 
 // hostStep runs the host step `rbdfence host` with req on stdin and
@@ -377,17 +385,7 @@ func silentLibvirt(t *testing.T) string {
 func TestHostStepRefusesWhenLibvirtSilent(t *testing.T) {
 	e := newEnv(t, "")
 	id := vmID(16)
-	e.removeClaimAtCleanup(id)
-	image := e.ceph.NewImage(t, "hooktest-silent")
-	e.frontendClaim(id, 3, hostName)
-	live, _ := libvirttest.Create(t, e.xml(oneName(id), e.disk(image, false)))
-	zombieWrites(t, live, 0xaa)
-	addr := e.waitWatchers(image, 1)[0]
-	waitClaim(t, e, id, func(c *engine.Claim) bool { return c.State == engine.StateRunning && len(c.Addrs) == 1 })
-
-	pool, img, _ := strings.Cut(image, "/")
-	req := hoststep.Request{Version: hoststep.Version, Op: hoststep.OpStart, VM: id, Seq: 3, Host: hostName, Run: "hooktest-resume", Source: engine.SourceFrontend,
-		Disks: []vmdisk.Disk{{ID: "0", Pool: pool, Name: img}}}
+	live, addr, req := e.runningVM(t, id, "hooktest-silent")
 	local := req
 	local.Local = true
 	for _, tc := range []struct {

@@ -1,7 +1,6 @@
 package enginetest
 
 import (
-	"context"
 	"errors"
 	"net/netip"
 	"testing"
@@ -39,32 +38,8 @@ func recordedAddrs(c *engine.Claim) []engine.Addr {
 // (fence only on positive knowledge; no rewrite forgets what it did not
 // fence), each written as the scenario that broke it.
 func lifecycleKnowledge(t *testing.T, h Harness) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	e := engine.New(h.Cluster, engine.Options{Expire: time.Hour})
-	ip := func(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s)} }
-	newVM := func() int { return int(lifecycleVM.Add(1)) }
-	who := func(vm int, host string, seq int, source string, ips []netip.Addr) engine.Who {
-		return engine.Who{VM: vm, Seq: seq, Host: host, Source: source, Run: host + "-" + source, Pool: h.Pool, HostIPs: ips}
-	}
-	fenced := func(r *engine.Report, a engine.Addr) bool {
-		if r == nil {
-			return false
-		}
-		for _, im := range r.Images {
-			for _, c := range im.Clients {
-				if c.Address == a.String() && c.Fenced() {
-					return true
-				}
-			}
-		}
-		for _, c := range r.Recorded {
-			if c.Address == a.String() && c.Fenced() {
-				return true
-			}
-		}
-		return false
-	}
+	sc := newScene(t, h)
+	ctx, e, who := sc.ctx, sc.e, sc.who
 	srcIPs, dstIPs := ip("192.0.2.1"), ip("192.0.2.2")
 
 	// migrated runs deploy #5 on src, recorded, and its live migration to

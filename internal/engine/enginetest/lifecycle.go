@@ -21,33 +21,56 @@ func init() { lifecycleVM.Store(time.Now().UnixNano() % 1_000_000_000) }
 // lifecycle are the claim's lifecycle rules (issue 11), each written as the
 // scenario that would break it. They run on the fake and on the real
 // cluster (zombies are then separate librbd processes).
-func lifecycle(t *testing.T, h Harness) {
+// scene is what the lifecycle scenarios share: a context, an engine over
+// the harness's cluster, and how they name VMs, hosts and steps.
+type scene struct {
+	ctx context.Context
+	e   *engine.Engine
+	h   Harness
+}
+
+// newScene returns the scene of one group of scenarios (its context ends
+// with the test).
+func newScene(t *testing.T, h Harness) *scene {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	e := engine.New(h.Cluster, engine.Options{Expire: time.Hour})
-	ip := func(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s)} }
-	newVM := func() int { return int(lifecycleVM.Add(1)) }
-	who := func(vm int, host string, seq int, source string, ips []netip.Addr) engine.Who {
-		return engine.Who{VM: vm, Seq: seq, Host: host, Source: source, Run: host + "-" + source, Pool: h.Pool, HostIPs: ips}
+	t.Cleanup(cancel)
+	return &scene{ctx: ctx, e: engine.New(h.Cluster, engine.Options{Expire: time.Hour}), h: h}
+}
+
+// who is the party of a step of VM vm on host.
+func (s *scene) who(vm int, host string, seq int, source string, ips []netip.Addr) engine.Who {
+	return engine.Who{VM: vm, Seq: seq, Host: host, Source: source, Run: host + "-" + source, Pool: s.h.Pool, HostIPs: ips}
+}
+
+// ip is one host address.
+func ip(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s)} }
+
+// newVM numbers a scenario's VM.
+func newVM() int { return int(lifecycleVM.Add(1)) }
+
+// fenced reports whether r blocklisted a (visible or recorded).
+func fenced(r *engine.Report, a engine.Addr) bool {
+	if r == nil {
+		return false
 	}
-	fenced := func(r *engine.Report, a engine.Addr) bool {
-		if r == nil {
-			return false
-		}
-		for _, im := range r.Images {
-			for _, c := range im.Clients {
-				if c.Address == a.String() && c.Fenced() {
-					return true
-				}
-			}
-		}
-		for _, c := range r.Recorded {
+	for _, im := range r.Images {
+		for _, c := range im.Clients {
 			if c.Address == a.String() && c.Fenced() {
 				return true
 			}
 		}
-		return false
 	}
+	for _, c := range r.Recorded {
+		if c.Address == a.String() && c.Fenced() {
+			return true
+		}
+	}
+	return false
+}
+
+func lifecycle(t *testing.T, h Harness) {
+	sc := newScene(t, h)
+	ctx, e, who := sc.ctx, sc.e, sc.who
 	srcIPs, dstIPs := ip("192.0.2.1"), ip("192.0.2.2")
 	// A front-end start on a host where the claim may have its instance
 	// runs after the host step asked libvirt (engine.Who.Domain).
@@ -209,13 +232,8 @@ func lifecycle(t *testing.T, h Harness) {
 
 // lifecycleMigration are the rules of the handover (issue 11 items 1-3).
 func lifecycleMigration(t *testing.T, h Harness) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	e := engine.New(h.Cluster, engine.Options{Expire: time.Hour})
-	ip := func(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s)} }
-	who := func(vm int, host string, seq int, source string, ips []netip.Addr) engine.Who {
-		return engine.Who{VM: vm, Seq: seq, Host: host, Source: source, Run: host + "-" + source, Pool: h.Pool, HostIPs: ips}
-	}
+	sc := newScene(t, h)
+	ctx, e, who := sc.ctx, sc.e, sc.who
 	srcIPs, dstIPs := ip("192.0.2.1"), ip("192.0.2.2")
 	fencedAny := func(r *engine.Report) int {
 		if r == nil {
