@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -243,6 +244,49 @@ func (w *world) migrateReverted(o *stepOut) {
 		}
 	}
 	o.sayf("migration failed: oned RUNNING on %s as #%d", mHosts[src], seq)
+}
+
+// fenceHostAndReschedule is OpenNebula's host-error hook with rbdfence's
+// fence command (share/hooks/ft/host_error.rb:210-222 of 7.4.0): `fence-host`
+// of the VM's failed host (internal/hostfence: the host's own addresses,
+// the VM's images, shareable ones included), then the reschedule on the
+// next host (a new HISTORY record; the recreate's cleanup cannot reach the
+// failed host). The mutant fence-host-widens-scope adds the IPs of the
+// addresses the claim records, as fence-host did before issue 18 item 3.
+func (w *world) fenceHostAndReschedule(o *stepOut) {
+	c := w.cur()
+	h := c.host
+	ips := []netip.Addr{mIP(h)}
+	if mutant("fence-host-widens-scope") {
+		for _, a := range w.claim().Recorded() {
+			if !slices.Contains(ips, a.IP) {
+				ips = append(ips, a.IP)
+			}
+		}
+	}
+	e, _ := w.engine(-1, nil)
+	imgs := append(slices.Clone(w.imgsOf(0)), mShared)
+	res := e.FenceHost(ctx, engine.HostFence{Host: mHosts[h], HostIPs: ips, Pool: mPool, Run: "fence-host",
+		VMs: []engine.HostVM{{VM: mVM, Seq: c.seq, Stime: w.stimeOf(false), Images: imgs}}})
+	var fenced []string
+	for _, v := range res.VMs {
+		for _, im := range v.Report.Images {
+			for _, cl := range im.Clients {
+				if cl.Fenced() {
+					a, _ := engine.ParseAddr(cl.Address)
+					fenced = append(fenced, w.instName(a))
+				}
+			}
+		}
+	}
+	o.sayf("fence-host %s fenced %s", mHosts[h], strings.Join(fenced, ", "))
+	w.failed[h] = true
+	next := (h + 1) % len(w.hosts)
+	seq := c.seq + 1
+	w.hist = append(w.hist, record{seq, next, -1})
+	w.lcm = lcmBoot
+	w.op = feOp{stage: stPrestart, seq: seq, host: next, file: w.newFile()}
+	o.sayf("HISTORY #%d on %s", seq, mHosts[next])
 }
 
 // restoreFailed: the restore action failed; oned keeps the VM SUSPENDED.
@@ -836,6 +880,10 @@ func (w *world) steps(b bound) []step {
 						w.hosts[y].dom = dom{phase: phPrepare, inst: -1, seq: 0, from: -1, ident: mFile0}
 					}})
 			}
+		}
+		if c := w.cur(); w.feat.fenceHost && w.hosts[c.host].cut && w.op.stage == stNone {
+			add(step{name: fmt.Sprintf("HA: %s failed; the host-error hook runs fence-host %s, then oned reschedules the VM", mHosts[c.host], mHosts[c.host]), budget: bChange,
+				run: func(w *world, o *stepOut, _ int) { w.fenceHostAndReschedule(o) }})
 		}
 		if w.feat.other && w.otherSeq() == 5 {
 			add(step{name: "other installation: its VM 42 redeployed on o1 (deploy #6)", budget: bChange,

@@ -33,7 +33,8 @@ package engine_test
 // worlds of issue 18 TestModel does not reach within its bound: the VM
 // started by the hook alone, another OpenNebula installation's VM 42
 // sharing the claim pool, a live migration whose close step never came
-// (with hotplug, or the deploy's late background record), the VM's disks
+// (with hotplug, or the deploy's late background record), a failed host
+// fenced by fence-host before its VM is rescheduled, the VM's disks
 // in two Ceph clusters (every step then works on each cluster's claim, as
 // fencer.Do does).
 //
@@ -104,6 +105,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -335,9 +337,9 @@ func check(w *world, o *stepOut) []violation {
 	var writers, writers2 []int
 	for i, in := range w.insts {
 		if in.foreign {
-			if !in.gone && w.blocklisted(in.addr) {
-				vs = append(vs, violation{inv: "foreign-fenced", class: "issue18-item4",
-					msg: fmt.Sprintf("the other installation's VM 42 (q%d@%s) was fenced", i+1, mHosts[in.host])})
+			if !in.gone && w.blocklisted(in.addr) && !(in.host < len(w.failed) && w.failed[in.host]) {
+				vs = append(vs, violation{inv: "foreign-fenced",
+					msg: fmt.Sprintf("another VM's client (%s, q%d@%s) was fenced", in.how, i+1, mHosts[in.host])})
 			}
 			continue
 		}
@@ -675,6 +677,10 @@ func TestModelInvariantsCanFail(t *testing.T) {
 		// Item 9: with disks in two clusters, the second cluster's window
 		// (its own open time) is not the mark's: the migration is refused.
 		{"window-same-by-opened", "migration-refused-forever", bound{depth: 1, changes: 1}, newWorldClusters},
+		// Item 3: fence-host adds the IPs of the addresses the failed
+		// host's claims record: the source's, kept after the migration, is
+		// a healthy host where VM 43 uses VM 42's shareable disk.
+		{"fence-host-widens-scope", "foreign-fenced", bound{depth: 3, changes: 1, faults: 1}, newWorldMigratedShared},
 		// Item 10: the restore's start does not say it is a restore: the
 		// sleeping guest is refused as running.
 		{"no-wake", "wake-refused", bound{depth: 3, changes: 2}, nil},
@@ -779,6 +785,14 @@ func newWorldMissedCloseLateRecord() *world {
 	return w
 }
 
+// newWorldMigratedShared is VM 42 live-migrated h1→h2 (postmigrate done),
+// with a shareable disk VM 43 uses on h1, where a failed host is fenced by
+// fence-host (item 3).
+func newWorldMigratedShared() *world {
+	return replay(newWorldWith(&features{fenceHost: true, clusters: 1}), append(slices.Clone(migratedMissedClose[:9]),
+		"front-end postmigrate #1 h1→h2 (on h2)")...)
+}
+
 // TestModelWorlds explores, in the CI run, the worlds of issue 18 that
 // TestModel's does not reach: the VM started by the hook alone, another
 // installation's VM 42 beside ours, a live migration whose close step
@@ -794,6 +808,7 @@ func TestModelWorlds(t *testing.T) {
 		{"two-installations", newWorldOther, bound{depth: 8, changes: 2, faults: 1, ticks: 1}},
 		{"missed-close-hotplug", newWorldMissedCloseHotplug, bound{depth: 9, changes: 2, faults: 1, ticks: 1}},
 		{"missed-close-late-record", newWorldMissedCloseLateRecord, bound{depth: 9, changes: 1, faults: 1, ticks: 1}},
+		{"host-failure", newWorldMigratedShared, bound{depth: 9, changes: 2, faults: 1, ticks: 1}},
 		{"two-clusters", newWorldClusters, bound{depth: 9, changes: 2, faults: 1, ticks: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

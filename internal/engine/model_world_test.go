@@ -34,7 +34,9 @@ var (
 	mDisk2 = engine.Image{Pool: mPool, Name: "one-42-disk-2"}
 	// mOtherDisk is the disk of the other installation's VM 42.
 	mOtherDisk = engine.Image{Pool: "other", Name: "one-42-disk-0"}
-	mImgs      = []engine.Image{mDisk}
+	// mShared is a shareable disk VM 42 has and VM 43 uses on h1 (fenceHost).
+	mShared = engine.Image{Pool: mPool, Name: "one-9", Shareable: true}
+	mImgs   = []engine.Image{mDisk}
 	// mHosts are the VM's three hosts and, last, the other installation's
 	// host (hostOther), which no step of ours runs on.
 	mHosts = [4]string{"h1", "h2", "h3", "o1"}
@@ -67,6 +69,10 @@ type features struct {
 	// idleCut: a host can also be cut off while its QEMU is idle (it holds
 	// no lock): its clients are then invisible altogether.
 	idleCut bool
+	// fenceHost: a host cut off is a failed host: OpenNebula's host-error
+	// hook runs `rbdfence fence-host` and reschedules its VM; VM 42 also
+	// has a shareable disk VM 43 uses on h1.
+	fenceHost bool
 	// hookOnly: the root's claim was written by the hook alone (the VM
 	// started while only the hooks were installed, or after claim reset).
 	hookOnly bool
@@ -206,8 +212,10 @@ type inst struct {
 	// addr1 is its client of the hot-attached disk (zero: none), addr2 its
 	// client of the disk in the second cluster (zero: one cluster).
 	addr1, addr2 engine.Addr
-	// foreign: the other installation's VM 42 (not ours: fenced never)
+	// foreign: another VM's client (the other installation's VM 42, VM 43)
+	// of image disk
 	foreign bool
+	disk    engine.Image
 	seq     int
 	running bool // writing; false: incoming migration, open but not writing
 	gone    bool // the process has exited
@@ -234,12 +242,15 @@ type world struct {
 	// bgRecord is the front-end's background record of a deploy still to
 	// land (feat.bgRecord; nil: none).
 	bgRecord *record
-	hist     []record
-	lcm      lcm
-	op       feOp
-	hosts    [3]hostState
-	insts    []inst
-	runs     int
+	// failed are the hosts fence-host fenced (everything on them, another
+	// VM's clients included, is fenced by design).
+	failed [3]bool
+	hist   []record
+	lcm    lcm
+	op     feOp
+	hosts  [3]hostState
+	insts  []inst
+	runs   int
 	// files counts the deployment files oned generated (not part of the
 	// state: a fresh file only needs a value no domain carries yet).
 	files  int64
@@ -348,6 +359,13 @@ func newWorldWith(feat *features) *world {
 	if n > 1 {
 		w.fs[1].CreateImage(mDisk2)
 	}
+	if feat.fenceHost {
+		// VM 43's client of the shareable disk, on h1: another VM's.
+		w.f.CreateImage(mShared)
+		a := engine.Addr{IP: mIP(0), Nonce: 4300}
+		w.insts = append(w.insts, inst{host: 0, addr: a, seq: 0, running: true, foreign: true, disk: mShared, how: "VM 43"})
+		w.f.Attach(mShared, a, true)
+	}
 	for h := range w.hosts {
 		w.hosts[h].dom = dom{inst: -1, from: -1}
 	}
@@ -397,7 +415,7 @@ func (w *world) deployOther(seq int) {
 		panic(fmt.Sprintf("the other installation's deploy #%d: %v", seq, err))
 	}
 	a := engine.Addr{IP: mIP(hostOther), Nonce: uint32(101 + len(w.insts))}
-	w.insts = append(w.insts, inst{host: hostOther, addr: a, seq: seq, running: true, foreign: true, how: "other installation"})
+	w.insts = append(w.insts, inst{host: hostOther, addr: a, seq: seq, running: true, foreign: true, disk: mOtherDisk, how: "other installation"})
 	w.f.Attach(mOtherDisk, a, true)
 	who.Seq = -1
 	if _, err := e.Record(ctx, who, []engine.Image{mOtherDisk}, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{mIP(hostOther)}}); err != nil {
@@ -468,6 +486,10 @@ func (w *world) open(h, seq int, running bool) int {
 
 // attachClients makes in's clients visible in Ceph (a writer holds the lock).
 func (w *world) attachClients(in inst, lock bool) {
+	if in.foreign {
+		w.f.Attach(in.disk, in.addr, lock)
+		return
+	}
 	w.f.Attach(mDisk, in.addr, lock)
 	if in.addr1.Exact() {
 		w.f.Attach(mDisk1, in.addr1, lock)
@@ -710,7 +732,7 @@ func (w *world) instName(a engine.Addr) string {
 	for i, in := range w.insts {
 		switch {
 		case in.foreign && in.addr == a:
-			return fmt.Sprintf("other-installation's-q%d@%s", i+1, mHosts[in.host])
+			return fmt.Sprintf("%s's-q%d@%s", strings.ReplaceAll(in.how, " ", "-"), i+1, mHosts[in.host])
 		case in.addr == a:
 			return fmt.Sprintf("q%d@%s", i+1, mHosts[in.host])
 		case in.addr1 == a:
@@ -824,7 +846,7 @@ func (w *world) key() string {
 	for _, in := range w.insts {
 		fmt.Fprintf(&b, "%d %s %s %d %v %v %s %v %v %d;", in.host, in.addr, in.addr1, in.seq, in.running, in.gone, in.how, in.fromMig, in.byFE, in.ident)
 	}
-	fmt.Fprintf(&b, "|%d %v", w.saved, w.attached)
+	fmt.Fprintf(&b, "|%d %v %v", w.saved, w.attached, w.failed)
 	if w.bgRecord != nil {
 		fmt.Fprintf(&b, " bg%+v", *w.bgRecord)
 	}
