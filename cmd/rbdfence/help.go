@@ -47,12 +47,13 @@ var helps = []verbHelp{
 		"OpenNebula HA hook fence: blocklist every Ceph client of the VMs on a failed host\n" +
 			"Refuses (exit 4) a host that is not ERROR/OFFLINE or that oned heard from within --quiet.\n" +
 			"Without --host it reads the host's XML, base64, on stdin (OpenNebula's ft/fence_host.sh contract)."},
-	{"claim show", "claim show --vm ID [--pool POOL]", "a VM's claim record (JSON)"},
-	{"claim reset", "claim reset --vm ID [--pool POOL]",
-		"empty a VM's claim (audited, raises an event; refused while a run holds its lease)\n" +
+	{"claim show", "claim show --vm ID [--stime T] [--pool POOL]",
+		"this installation's VM's claim record (JSON), named by oned's STIME (or `--stime`)"},
+	{"claim reset", "claim reset --vm ID [--stime T | --legacy] [--pool POOL]",
+		"empty this installation's VM's claim, named by oned's STIME (or `--stime`; `--legacy`: an older version's claim in the VM's object); another installation's claim of a VM of the same id is never touched (audited, raises an event; refused while a run holds its lease)\n" +
 			"The next start claims the VM afresh; check first: rbdfence check --vm ID."},
 	{"claim gc", "claim gc [--apply] [--pool POOL]",
-		"the claims of VMs oned reports DONE or does not know; --apply resets them (audited)"},
+		"the claims of this installation's VMs that oned reports DONE (oned knows the VM with the claim's STIME); claims of VMs oned does not know, of another VM of the same id, and an older version's claim not shown to be the VM's are listed, never reset; --apply resets the others (audited)"},
 	{"doctor", "doctor [--role auto|host|frontend|all] [--root DIR] [--json]",
 		"check the installation: config, Ceph access and caps, hook, local actions, VM_MAD, oned"},
 	{"host", "host [--framed] [--detached]",

@@ -24,11 +24,14 @@ func TestCheckVMAndAll(t *testing.T) {
 	disk := func(spec string) onedsim.Disk {
 		return onedsim.Disk{ID: 0, Source: spec, Persistent: true, CephHost: c.Mon, CephUser: c.User, CephKey: c.Keyring}
 	}
-	sim.Put(onedsim.VM{ID: vmRun, Name: "web", Host: "hostA", Seq: 2, Disks: []onedsim.Disk{disk(running)}})
+	// The front-end names the VM by its id and oned's STIME (issue 18 item
+	// 4); check --vm reads the claim of the VM so named.
+	const stime = 1764500000
+	sim.Put(onedsim.VM{ID: vmRun, Name: "web", Host: "hostA", Seq: 2, STime: stime, Disks: []onedsim.Disk{disk(running)}})
 	sim.Put(onedsim.VM{ID: vmStop, Name: "db", Host: "hostB", Seq: 5, State: onedsim.StatePoweroff, Disks: []onedsim.Disk{disk(stopped)}})
 
 	// The running VM's instance starts and is recorded; then a zombie appears.
-	req := hoststep.Request{VM: vmRun, Seq: 2, Host: "hostA", Run: "cv", Source: "frontend", Disks: []vmdisk.Disk{{ID: "0", Pool: "one", Name: strings.TrimPrefix(running, "one/")}}}
+	req := hoststep.Request{VM: vmRun, Seq: 2, Host: "hostA", Run: "cv", Source: "frontend", Stime: stime, Disks: []vmdisk.Disk{{ID: "0", Pool: "one", Name: strings.TrimPrefix(running, "one/")}}}
 	req.Op = hoststep.OpStart
 	if r, resp := hostStep(t, cfg, req); r.code != 0 {
 		t.Fatalf("start: %+v", resp)

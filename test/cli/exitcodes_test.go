@@ -65,24 +65,31 @@ func TestExitCodeTable(t *testing.T) {
 		stdin  string
 		args   []string
 		stderr string // in the one-line message; "" for none
+		// libvirt is the host step's LIBVIRT_DEFAULT_URI ("" to leave it):
+		// a start on the claim's own host needs libvirt's answer (issue 18
+		// item 1). test:///default is libvirt's own test driver, which
+		// answers without a daemon (one-N: no such domain).
+		libvirt string
 	}
 	cases := []tc{
-		{outcome.OK, "`check`: clean", "rbdfence", "", []string{"check", "--config", cfg, "--image", clean}, ""},
-		{outcome.OK, "`fence`: every foreign client fenced", "rbdfence", "", []string{"fence", "--config", cfg, "--image", fenced}, ""},
-		{outcome.OK, "the start (or migration step) may go on", "rbdfence", start(3, "hostA"), []string{"host", "--config", cfg}, ""},
+		{outcome.OK, "`check`: clean", "rbdfence", "", []string{"check", "--config", cfg, "--image", clean}, "", ""},
+		{outcome.OK, "`fence`: every foreign client fenced", "rbdfence", "", []string{"fence", "--config", cfg, "--image", fenced}, "", ""},
+		{outcome.OK, "the start (or migration step) may go on", "rbdfence", start(3, "hostA"), []string{"host", "--config", cfg}, "", "test:///default"},
 		{outcome.Failure, "a check, fence or step did not complete (the message names the image", "rbdfence", "",
-			[]string{"fence", "--config", cfg, "--image", c.Pool + "/xnone"}, c.Pool + "/xnone does not exist"},
-		{outcome.Usage, "unknown VM", "rbdfence", "", []string{"check", "--config", cfg, "--vm", "99999"}, "check --vm 99999: not found in oned"},
-		{outcome.Usage, "malformed stdin", "rbdfence", "{not json", []string{"host", "--config", cfg}, ""},
-		{outcome.Usage, "bad domain XML", "rbdfence-hook", "<domain", []string{"--config", cfg, "one-1", "prepare", "begin", "-"}, "domain XML"},
-		{outcome.Usage, "the message names the key", "rbdfence", "", []string{"check", "--config", badCfg, "--image", clean}, "fence.expire"},
-		{outcome.Usage, "bad arguments", "rbdfence", "", []string{"check", "--vm", "forty-two"}, `--vm "forty-two": want a whole number`},
-		{outcome.Unavailable, "Ceph (or ssh, oned) unreachable", "rbdfence", "", []string{"check", "--config", cfg, "--mon-host", "127.0.0.1:1", "--image", clean}, "timed out"},
-		{outcome.Unavailable, "oned) unreachable", "rbdfence", "", []string{"check", "--config", deadOned, "--vm", fmt.Sprint(vm)}, "oned unreachable"},
-		{outcome.Unavailable, "credentials refused", "rbdfence", "", []string{"check", "--config", cfg, "--mon-host", c.MonHost, "--keyring", badKey, "--image", clean}, "refused client.libvirt"},
-		{outcome.Refused, "a newer deploy", "rbdfence", start(1, "hostB"), []string{"host", "--config", cfg}, ""},
-		{outcome.Refused, "`fence-host`: the host is not failed", "rbdfence", "", []string{"fence-host", "--config", cfg, "--host", "healthy"}, "healthy"},
-		{outcome.Found, "foreign clients found that `fence` would fence", "rbdfence", "", []string{"check", "--config", cfg, "--image", dirty}, ""},
+			[]string{"fence", "--config", cfg, "--image", c.Pool + "/xnone"}, c.Pool + "/xnone does not exist", ""},
+		{outcome.Usage, "unknown VM", "rbdfence", "", []string{"check", "--config", cfg, "--vm", "99999"}, "check --vm 99999: not found in oned", ""},
+		{outcome.Usage, "malformed stdin", "rbdfence", "{not json", []string{"host", "--config", cfg}, "", ""},
+		{outcome.Usage, "bad domain XML", "rbdfence-hook", "<domain", []string{"--config", cfg, "one-1", "prepare", "begin", "-"}, "domain XML", ""},
+		{outcome.Usage, "the message names the key", "rbdfence", "", []string{"check", "--config", badCfg, "--image", clean}, "fence.expire", ""},
+		{outcome.Usage, "bad arguments", "rbdfence", "", []string{"check", "--vm", "forty-two"}, `--vm "forty-two": want a whole number`, ""},
+		{outcome.Unavailable, "Ceph (or ssh, oned, libvirt) unreachable", "rbdfence", "", []string{"check", "--config", cfg, "--mon-host", "127.0.0.1:1", "--image", clean}, "timed out", ""},
+		{outcome.Unavailable, "oned, libvirt) unreachable", "rbdfence", "", []string{"check", "--config", deadOned, "--vm", fmt.Sprint(vm)}, "oned unreachable", ""},
+		{outcome.Unavailable, "libvirt) unreachable", "rbdfence", start(4, "hostA"), []string{"host", "--config", cfg},
+			"cannot tell whether one-", "qemu+unix:///system?socket=/nonexistent/libvirt-sock"},
+		{outcome.Unavailable, "credentials refused", "rbdfence", "", []string{"check", "--config", cfg, "--mon-host", c.MonHost, "--keyring", badKey, "--image", clean}, "refused client.libvirt", ""},
+		{outcome.Refused, "a newer deploy", "rbdfence", start(1, "hostB"), []string{"host", "--config", cfg}, "", ""},
+		{outcome.Refused, "`fence-host`: the host is not failed", "rbdfence", "", []string{"fence-host", "--config", cfg, "--host", "healthy"}, "healthy", ""},
+		{outcome.Found, "foreign clients found that `fence` would fence", "rbdfence", "", []string{"check", "--config", cfg, "--image", dirty}, "", ""},
 	}
 	covered := map[outcome.Kind]bool{}
 	for _, tc := range cases {
@@ -90,6 +97,9 @@ func TestExitCodeTable(t *testing.T) {
 		t.Run(fmt.Sprintf("%d %s", tc.kind.Code(), tc.row), func(t *testing.T) {
 			if !strings.Contains(tc.kind.Meaning(), tc.row) {
 				t.Fatalf("exit %d's row says %q, not %q", tc.kind.Code(), tc.kind.Meaning(), tc.row)
+			}
+			if tc.libvirt != "" {
+				t.Setenv("LIBVIRT_DEFAULT_URI", tc.libvirt)
 			}
 			r := runBin(t, tc.bin, tc.stdin, tc.args...)
 			if r.code != tc.kind.Code() {
