@@ -53,11 +53,13 @@ test-clean:
 fuzz:
 	bash test/fuzz.sh $(FUZZTIME)
 
-# model: the model-based test of the claim protocol at its larger bound
-# (go test runs the CI bound); prints states, time and every violation's trace.
+# model: the model-based test of the claim protocol, TestModel at its larger
+# bound (go test runs the CI bound), then the worlds and the mutants as go
+# test runs them; prints states, bounds, time, each mutant's trace and every
+# violation's.
 .PHONY: model
 model:
-	RBDFENCE_MODEL=large $(GO) test -tags $(TAGS) -count=1 -timeout 60m -run 'TestModel$$' -v ./internal/engine/
+	RBDFENCE_MODEL=large $(GO) test -tags $(TAGS) -count=1 -timeout 90m -run 'TestModel' -v ./internal/engine/
 
 demo: deps build
 	bash test/demo.sh

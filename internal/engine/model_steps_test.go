@@ -72,6 +72,10 @@ type stepOut struct {
 	woken bool
 	// wakeRefused: the restore of a guest asleep on its host was refused.
 	wakeRefused bool
+	// fencedMidMigration: a close step fenced the destination's copy while
+	// the migration job still ran; midMigrationClass attributes it.
+	fencedMidMigration bool
+	midMigrationClass  string
 }
 
 func (o *stepOut) sayf(format string, a ...any) { o.say = append(o.say, fmt.Sprintf(format, a...)) }
@@ -289,6 +293,47 @@ func (w *world) fenceHostAndReschedule(o *stepOut) {
 	o.sayf("HISTORY #%d on %s", seq, mHosts[next])
 }
 
+// checkMidMigration notes when a close step fenced the destination's copy
+// while OpenNebula's own migration job to dst (the vmm migrate's virsh
+// migrate) still runs. An operator's `virsh migrate` outside OpenNebula
+// that the open window admits is not counted: a failmigrate after a known
+// failure fences it (the close step does not ask libvirt whether another
+// job runs; kvm/migrate's cleanup_host destroys the destination's domain
+// first, src/vmm_mad/remotes/kvm/migrate:93-97 of release-7.4.0, but an
+// operator's job started after that is fenced mid-way).
+func (w *world) checkMidMigration(o *stepOut, dst int, class string) {
+	d := w.hosts[dst].dom
+	switch d.phase {
+	case phOpen, phStarted, phIncoming:
+		if d.byFE && d.inst >= 0 && d.from >= 0 && w.fencedAnywhere(w.insts[d.inst]) {
+			o.fencedMidMigration, o.midMigrationClass = true, class
+		}
+	}
+}
+
+// keepaliveAbort is libvirt's end of a live migration into h when
+// libvirtd on h stops answering before the switchover: the connection the
+// job is driven over (virsh's, or the source libvirtd's for --p2p) keeps
+// alive to h's libvirtd and closes when it misses its answers (keepalive
+// interval 5 s, count 5 by default), the source cancels the job and keeps
+// running, and the destination's QEMU, its incoming stream cut, exits. A
+// job of OpenNebula's migrate action ends in vmm/kvm/migrate's exit 1 (its
+// cleanup_host cannot reach h's libvirtd either).
+func (w *world) keepaliveAbort(o *stepOut, h int) {
+	d := w.hosts[h].dom
+	if d.from < 0 {
+		return
+	}
+	switch d.phase {
+	case phMigBegin, phPrepare, phOpen, phStarted, phIncoming:
+		o.sayf("the migration into %s misses libvirtd's keepalive: aborted", mHosts[h])
+		w.abortStart(o, h)
+		// libvirt's `release end` once it reaps the domain clears the
+		// hook's mark (internal/hook/run.go:316-327).
+		w.hosts[h].mark, w.hosts[h].markWin = false, nil
+	}
+}
+
 // restoreFailed: the restore action failed; oned keeps the VM SUSPENDED.
 func (w *world) restoreFailed(o *stepOut) {
 	w.op = feOp{}
@@ -401,6 +446,14 @@ func (w *world) steps(b bound) []step {
 				src, dst := w.op.src, w.op.host
 				if w.hosts[src].dom.phase != phRunning || w.hosts[dst].dom.phase != phNone || w.hosts[dst].cut || w.hosts[src].silent || w.hosts[dst].silent {
 					o.sayf("virsh migrate failed at once")
+					// kvm/migrate's cleanup_host destroys and undefines
+					// one-42 on the destination before it exits 1
+					// (src/vmm_mad/remotes/kvm/migrate:93-97,305-307 of
+					// release-7.4.0): a domain another job is bringing in
+					// there is gone with it.
+					if w.hosts[dst].dom.phase != phNone && !w.hosts[dst].cut {
+						w.killDom(dst)
+					}
 					w.op.stage = stFailmigrate
 					return
 				}
@@ -443,9 +496,39 @@ func (w *world) steps(b bound) []step {
 					_, _ = w.call(o, crash, engine.SourceFrontend, "failmigrate", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
 						return e.CloseWindow(ctx, who, w.imgsOf(c), mHosts[src], mHosts[dst], []netip.Addr{mIP(on)}, outcome)
 					})
+					// A failmigrate runs after a known failure of the
+					// action's own virsh migrate; the job fenced here is an
+					// earlier attempt's (recover --retry of a migration whose
+					// action was abandoned, the retry failing at once while
+					// kvm/migrate's cleanup_host could not reach dst).
+					w.checkMidMigration(o, dst, "model-C")
 				}
 				w.migrateReverted(o)
 			}})
+	case stMigrating:
+		if w.feat.outlive && w.budget.faults < b.faults {
+			// The migrate action loses its ssh to the source (or stops
+			// waiting) while `virsh migrate` goes on there (nothing stops it
+			// when our ssh is killed): its outcome is unknown. It fences
+			// nothing and exits 3 (internal/frontend/migrateaction.go, issue
+			// 18 item 2); oned fails the migration back to the source. The
+			// mutant action-timeout-fences runs failmigrate then, as the
+			// action did on timeouts.action before.
+			add(step{name: fmt.Sprintf("FAULT: the migrate action's ssh to %s ends while virsh migrate goes on (outcome unknown)", mHosts[op.src]), budget: bFault,
+				run: func(w *world, o *stepOut, _ int) {
+					if mutant("action-timeout-fences") {
+						src, dst := w.op.src, w.op.host
+						who := w.who(dst, w.op.seq, engine.SourceFrontend)
+						_, _ = w.call(o, -1, engine.SourceFrontend, "failmigrate", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
+							return e.CloseWindow(ctx, who, w.imgsOf(c), mHosts[src], mHosts[dst], []netip.Addr{mIP(dst)}, engine.Failed)
+						})
+						w.checkMidMigration(o, dst, "")
+					} else {
+						o.sayf("outcome unknown: nothing fenced, the window stays open")
+					}
+					w.migrateReverted(o)
+				}})
+		}
 	case stRestore:
 		add(step{name: fmt.Sprintf("front-end restore prestart #%d on %s", op.seq, mHosts[op.host]), crashable: true,
 			run: func(w *world, o *stepOut, crash int) {
@@ -934,7 +1017,10 @@ func (w *world) steps(b bound) []step {
 		h := h
 		if w.feat.libvirt && !w.hosts[h].silent && w.budget.faults < b.faults {
 			add(step{name: fmt.Sprintf("FAULT: libvirtd on %s stops answering (QEMU runs on; oned: host ERROR, VMs UNKNOWN)", mHosts[h]), budget: bFault,
-				run: func(w *world, o *stepOut, _ int) { w.hosts[h].silent = true }})
+				run: func(w *world, o *stepOut, _ int) {
+					w.hosts[h].silent = true
+					w.keepaliveAbort(o, h)
+				}})
 		}
 		if w.feat.idleCut && !w.hosts[h].cut && w.budget.faults < b.faults {
 			add(step{name: fmt.Sprintf("FAULT: %s cut off from Ceph and the front-end, its QEMU idle (no lock held)", mHosts[h]), budget: bFault,

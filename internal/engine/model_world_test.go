@@ -73,6 +73,9 @@ type features struct {
 	// hook runs `rbdfence fence-host` and reschedules its VM; VM 42 also
 	// has a shareable disk VM 43 uses on h1.
 	fenceHost bool
+	// outlive: a live migration outlives the front-end's migrate action
+	// (its ssh to the source ends; the job goes on).
+	outlive bool
 	// hookOnly: the root's claim was written by the hook alone (the VM
 	// started while only the hooks were installed, or after claim reset).
 	hookOnly bool
