@@ -14,6 +14,8 @@ PKGS=(
 	qemu-system-x86 qemu-block-extra
 	# hosts reached over ssh, network namespaces, process tools, flock
 	openssh-server openssh-client iproute2 procps util-linux
+	# the README's undo reads claims with jq
+	jq
 	# package tests: rpm, rpm2archive, rpm2cpio
 	rpm
 )

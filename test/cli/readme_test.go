@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 	"github.com/rbdfence/rbdfence/test/onedsim"
@@ -79,6 +81,9 @@ var readmeTried = []struct{ re, how string }{
 	{`^rbdfence `, "run"},
 	{`^rbd bench --id libvirt --io-type read `, "run"},
 	{`^rados -p one ls \| grep '\^rbdfence\\\.'`, "run"},
+	{`^for o in \$\(rados -p one ls \| grep '\^rbdfence\\\.vm\\\.'\); do .* > /tmp/rbdfence-claims$`, "run"},
+	{`^xargs -r -n1 rados -p one rm < /tmp/rbdfence-claims$`, "run"},
+	{`^rados -p one ls \| grep '\^rbdfence\\\.image\\\.' \| xargs -r -n1 rados -p one rm$`, "run"},
 	{`^ceph osd blocklist (ls|rm [0-9.:/]+)$`, "run"},
 	{`^ceph auth get-or-create client\.libvirt mon 'profile rbd' osd 'profile rbd pool=one'$`, "run"},
 	{`^make demo$`, "run"},
@@ -165,13 +170,16 @@ func TestREADMECommands(t *testing.T) {
 	runREADME(t, run)
 }
 
+// readmeStime is the README's VM's STIME in the stand-in oned.
+const readmeStime = 1764600000
+
 func runREADME(t *testing.T, cmds []string) {
 	c := testenv.StartCeph(t)
 	img := c.NewImage(t, "readme")
 	vm := newVMID()
 	sim, cfg, _ := withOned(t, c, "readmepw")
 	sim.PutHost(onedsim.Host{ID: 3, Name: "node3", State: onedsim.HostMonitored, LastMonitored: time.Now()})
-	sim.Put(onedsim.VM{ID: vm, Name: "readme", Host: "node1", Seq: 1, State: onedsim.StatePoweroff,
+	sim.Put(onedsim.VM{ID: vm, Name: "readme", Host: "node1", Seq: 1, State: onedsim.StatePoweroff, STime: readmeStime,
 		Disks: []onedsim.Disk{{ID: 0, Source: img, Persistent: true, CephHost: c.Mon, CephUser: c.User, CephKey: c.Keyring}}})
 
 	// An entry for the README's unfence and blocklist rm lines.
@@ -181,11 +189,23 @@ func runREADME(t *testing.T, cmds []string) {
 		t.Fatalf("fence: exit %d %s", r.code, r.stderr)
 	}
 	ours := []string{"rbdfence.vm." + strconv.Itoa(vm), "rbdfence.image." + strings.TrimPrefix(img, c.Pool+"/")}
+	// Another installation's VM of the same id (another STIME): the
+	// undo must leave its claim.
+	theirs := engine.ClaimObjectOf(vm, readmeStime+1)
+	theirsFile := filepath.Join(t.TempDir(), "theirs.json")
+	os.WriteFile(theirsFile, []byte(fmt.Sprintf(`{"vm":%d,"stime":%d,"host":"elsewhere"}`, vm, readmeStime+1)), 0o600)
+	c.Admin(t, "rados", "-p", c.Pool, "put", theirs, theirsFile)
+	t.Cleanup(func() { c.Admin(t, "rados", "-p", c.Pool, "rm", theirs) })
+	claims := filepath.Join(t.TempDir(), "rbdfence-claims")
 	subst := strings.NewReplacer("one/one-7-42-0", img, "/etc/ceph/ceph.client.rbdfence-admin.keyring", c.RMUserKeyring,
-		"10.0.0.5:0/3021474917", z.Addr, "node2", "node3")
+		"10.0.0.5:0/3021474917", z.Addr, "node2", "node3", "/tmp/rbdfence-claims", claims)
 	vm42 := regexp.MustCompile(`\b42\b`)
 	bin := filepath.Dir(testenv.Bin(t, "rbdfence"))
-	env := append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "RBDFENCE_CONFIG="+cfg, "CEPH_ARGS=-c "+c.AdminConf)
+	// onevm show ID -j as this installation's oned answers it: our VM's
+	// STIME, no other VM.
+	onevm := filepath.Join(t.TempDir(), "onevm")
+	os.WriteFile(onevm, []byte(fmt.Sprintf("#!/bin/sh\n[ \"$1 $2 $3\" = \"show %d -j\" ] || { echo \"[VirtualMachineInfo] Error getting virtual machine [$2].\" >&2; exit 255; }\necho '{\"VM\":{\"ID\":\"%[1]d\",\"STIME\":\"%d\"}}'\n", vm, readmeStime)), 0o755)
+	env := append(os.Environ(), "PATH="+bin+":"+filepath.Dir(onevm)+":"+os.Getenv("PATH"), "RBDFENCE_CONFIG="+cfg, "CEPH_ARGS=-c "+c.AdminConf)
 
 	var bench *exec.Cmd
 	checks := 0
@@ -205,6 +225,15 @@ func runREADME(t *testing.T, cmds []string) {
 			t.Cleanup(func() { bench.Process.Kill(); bench.Wait() })
 			waitOpen(t, c, img)
 			continue
+		case strings.HasPrefix(line, "for o in"):
+			// The README's claim reset emptied our claim (an empty object
+			// stays, as the README says): the VM starts once more, so
+			// that the undo finds a claim of this installation's VM.
+			req := hoststep.Request{Op: hoststep.OpStart, VM: vm, Seq: 3, Host: "node1", Run: "readme3", Source: "frontend", Stime: readmeStime,
+				Disks: []vmdisk.Disk{disk(img)}}
+			if r, resp := hostStep(t, cfg, req); r.code != 0 {
+				t.Fatalf("the start before the undo: exit %d %+v", r.code, resp)
+			}
 		case strings.Contains(line, "| xargs"):
 			// Removes only this test's objects: the pool is shared.
 			line = strings.Replace(line, "| xargs", "| grep -Fx -e "+ours[0]+" -e "+ours[1]+" | xargs", 1)
@@ -227,7 +256,7 @@ func runREADME(t *testing.T, cmds []string) {
 				t.Errorf("check --vm with the README's zombie: exit %d, want 5\n%s%s", r.code, r.stdout, r.stderr)
 			}
 			// The start (onevm resume: here its host step) fences the bench.
-			req := hoststep.Request{Op: hoststep.OpStart, VM: vm, Seq: 2, Host: "node1", Run: "readme", Source: "frontend",
+			req := hoststep.Request{Op: hoststep.OpStart, VM: vm, Seq: 2, Host: "node1", Run: "readme", Source: "frontend", Stime: readmeStime,
 				Disks: []vmdisk.Disk{disk(img)}}
 			if r, resp := hostStep(t, cfg, req); r.code != 0 || resp.Report.Fenced != 1 {
 				t.Fatalf("the start: exit %d %+v", r.code, resp)
@@ -239,7 +268,7 @@ func runREADME(t *testing.T, cmds []string) {
 			if r, resp := hostStep(t, cfg, req); r.code != 0 {
 				t.Fatalf("the record: exit %d %+v", r.code, resp)
 			}
-			sim.Put(onedsim.VM{ID: vm, Name: "readme", Host: "node1", Seq: 2,
+			sim.Put(onedsim.VM{ID: vm, Name: "readme", Host: "node1", Seq: 2, STime: readmeStime,
 				Disks: []onedsim.Disk{{ID: 0, Source: img, Persistent: true, CephHost: c.Mon, CephUser: c.User, CephKey: c.Keyring}}})
 			done := make(chan error, 1)
 			go func() { done <- bench.Wait() }()
@@ -255,9 +284,27 @@ func runREADME(t *testing.T, cmds []string) {
 			if !strings.Contains(r.stdout, ours[1]+"\n") {
 				t.Errorf("%q does not list the image record %s:\n%s", line, ours[1], r.stdout)
 			}
+		case strings.HasPrefix(line, "for o in"):
+			if b, _ := os.ReadFile(claims); r.code != 0 || string(b) != ours[0]+"\n" {
+				t.Errorf("%q: exit %d, listed %q: want this installation's claim %s alone", line, r.code, b, ours[0])
+			}
 		case strings.Contains(line, "xargs"):
-			if out := c.Admin(t, "rados", "-p", c.Pool, "ls"); r.code != 0 || strings.Contains(out, ours[0]+"\n") || strings.Contains(out, ours[1]+"\n") {
-				t.Errorf("%q: exit %d, left %v in:\n%s", line, r.code, ours, out)
+			// The claims' line removes our claim, the records' line our
+			// image record; the other installation's claim stays.
+			gone, kept := ours[:1], []string{ours[1], theirs}
+			if strings.Contains(line, "image") {
+				gone, kept = ours, []string{theirs}
+			}
+			out := c.Admin(t, "rados", "-p", c.Pool, "ls")
+			for _, o := range gone {
+				if r.code != 0 || strings.Contains(out, o+"\n") {
+					t.Errorf("%q: exit %d, left %s in:\n%s", line, r.code, o, out)
+				}
+			}
+			for _, o := range kept {
+				if !strings.Contains(out, o+"\n") {
+					t.Errorf("%q removed %s", line, o)
+				}
 			}
 		case strings.HasPrefix(line, "ceph osd blocklist rm"):
 			if _, ok := c.BlocklistEntries(t)[z.Addr]; ok || r.code != 0 {
