@@ -28,6 +28,13 @@ type HostVM struct {
 	Images []Image
 }
 
+// who is v's identity in a host fence: its STIME, and oned's placement of
+// it on the failed host (deploy Seq there), by which a claim an older
+// version wrote without STIME is still read as this VM's (belongs).
+func (v HostVM) who(hf HostFence) Who {
+	return Who{VM: v.VM, Pool: hf.Pool, Stime: v.Stime, History: []Placement{{Seq: v.Seq, Host: hf.Host}}}
+}
+
 // HostFence asks to fence the Ceph clients of a failed host's VMs in one
 // cluster.
 type HostFence struct {
@@ -164,7 +171,7 @@ func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			c, _, err := e.ClaimOf(ctx, Who{VM: v.VM, Pool: hf.Pool, Stime: v.Stime})
+			c, _, err := e.ClaimOf(ctx, v.who(hf))
 			if err != nil {
 				res.VMs[i].Error = fmt.Sprintf("cannot read its claim: %v", err)
 				return
@@ -378,7 +385,8 @@ func exclusiveOnly(r *Report, notExclusive map[string]bool) *Report {
 // meanwhile (a start elsewhere won the race) is left alone: its host is
 // returned.
 func (e *Engine) writeFenced(ctx context.Context, hf HostFence, v HostVM, r *Report) (*Claim, string, error) {
-	w := Who{VM: v.VM, Seq: v.Seq, Host: hf.Host, Source: SourceHostFence, Run: hf.Run, Pool: hf.Pool, Stime: v.Stime}
+	w := v.who(hf)
+	w.Seq, w.Host, w.Source, w.Run = v.Seq, hf.Host, SourceHostFence, hf.Run
 	var fenced []Seen
 	for _, im := range r.Images {
 		s := Seen{Image: im.Image, Exclusive: true}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/events"
+	"github.com/rbdfence/rbdfence/test/onedsim"
 	"github.com/rbdfence/rbdfence/test/testenv"
 )
 
@@ -182,7 +183,7 @@ func TestDeployRecordFailureVisible(t *testing.T) {
 	a := f.hs.A
 	const seq = 1
 	vm, specs := f.newVM(a.Name, seq, "clone")
-	thief := engine.Claim{VM: vm, Seq: seq + 1, Host: f.hs.B.Name, Source: engine.SourceFrontend, State: engine.StateRunning, Run: "thief", Updated: time.Now().UTC()}
+	thief := engine.Claim{VM: vm, Stime: onedsim.DefaultSTime, Seq: seq + 1, Host: f.hs.B.Name, Source: engine.SourceFrontend, State: engine.StateRunning, Run: "thief", Updated: time.Now().UTC()}
 	b, err := json.Marshal(thief)
 	if err != nil {
 		t.Fatal(err)

@@ -32,7 +32,7 @@ type VM struct {
 	// State and LCMState default to ACTIVE (3) / RUNNING (3) when both are 0.
 	State, LCMState int
 	DeployID        string // default "one-<ID>"
-	STime           int64  // default 1714550000
+	STime           int64  // default DefaultSTime
 
 	// Host, HostID and Seq describe the last HISTORY record; with Host ""
 	// and no History the VM has none (never deployed).
@@ -103,6 +103,9 @@ type Disk struct {
 const defaultSecret = "8271ce8a-385d-44d7-a228-c42de4259c5e"
 
 // XML renders the VM document.
+// DefaultSTime is a VM's STIME when VM.STime is 0.
+const DefaultSTime = 1714550000
+
 func (v VM) XML() string {
 	name := v.Name
 	if name == "" {
@@ -125,7 +128,7 @@ func (v VM) XML() string {
 	}
 	stime := v.STime
 	if stime == 0 {
-		stime = 1714550000
+		stime = DefaultSTime
 	}
 	tms := v.TMMadSystem
 	if tms == "" {
