@@ -47,13 +47,17 @@ const (
 	// hook's migrate begin, in the hook's own process): fences nothing,
 	// writes nothing.
 	OpIncoming = "incoming"
+	// OpVersions reports what runs on the host (Versions with its packages
+	// and platform): touches neither Ceph nor a claim. Version 4.
+	OpVersions = "versions"
 )
 
 // Version is the host-step protocol version this code speaks. 1: the JSON
 // of rbdfence before versions (strict: unknown fields rejected); 2: the
 // version field, unknown fields ignored; 3: the step "attach" (a version 2
-// host refuses it with the fix, see Validate).
-const Version = 3
+// host refuses it with the fix, see Validate); 4: the host's Versions in
+// every response, the step "versions".
+const Version = 4
 
 // minVersion is the oldest peer version this code still works with.
 const minVersion = 1
@@ -132,7 +136,7 @@ func (r *Request) PeerVersion() int { return versionOf(r.Version) }
 // Validate checks the request's shape.
 func (r *Request) Validate() error {
 	switch r.Op {
-	case OpCheck, OpStart, OpRecord, OpPremigrate, OpPostmigrate, OpFailmigrate, OpAttach, OpIncoming:
+	case OpCheck, OpStart, OpRecord, OpPremigrate, OpPostmigrate, OpFailmigrate, OpAttach, OpIncoming, OpVersions:
 	default:
 		if r.PeerVersion() > Version {
 			return &IncompatibleError{Peer: "front-end", PeerVer: r.PeerVersion(), OurVer: Version, OurSide: "host",
@@ -143,7 +147,7 @@ func (r *Request) Validate() error {
 	if r.VM < 0 {
 		return fmt.Errorf("bad VM id %d", r.VM)
 	}
-	if r.Host == "" {
+	if r.Host == "" && r.Op != OpVersions {
 		return fmt.Errorf("no host given")
 	}
 	switch r.Op {
@@ -174,6 +178,9 @@ type Response struct {
 	Report   *engine.Report `json:"report,omitempty"`
 	Audit    []audit.Record `json:"audit,omitempty"`
 	HostIPs  []string       `json:"host_ips,omitempty"`
+	// Versions is what runs on the answering host (version 4): absent from
+	// older hosts and in the answer to a version 1 request.
+	Versions *Versions `json:"versions,omitempty"`
 }
 
 // MaxSize bounds what either side reads.
@@ -207,6 +214,9 @@ func Reply(req *Request, resp *Response) *Response {
 	resp.Version = 0
 	if req != nil && req.PeerVersion() >= 2 {
 		resp.Version = Version
+	}
+	if req == nil || req.PeerVersion() < 4 {
+		resp.Versions = nil // a version 1 peer rejects the field; 2 and 3 ignore it
 	}
 	return resp
 }
