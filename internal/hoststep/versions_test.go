@@ -37,7 +37,9 @@ func TestParseHookVersion(t *testing.T) {
 // front-end's, with the fix that fits how that host got its rbdfence; a
 // host without a hook, or with current ones, passes.
 func TestCheckVersions(t *testing.T) {
-	step := func(path string, f int) Binary { return Binary{Path: path, Version: "v", Protocol: Version, ClaimFormat: f} }
+	step := func(path string, f int) Binary {
+		return Binary{Path: path, Version: "v", Protocol: Version, ClaimFormat: f}
+	}
 	synced := "/var/tmp/one/rbdfence/rbdfence-host"
 	for _, tc := range []struct {
 		name     string
