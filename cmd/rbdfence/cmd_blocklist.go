@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/collision"
@@ -141,8 +142,8 @@ func runUnfence(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	fs := flag.NewFlagSet("unfence", flag.ContinueOnError)
 	var c common
 	c.register(fs)
-	vm := fs.Int("vm", -1, "remove every entry rbdfence added for this VM")
-	host := fs.String("host", "", "remove every entry fence-host added for this host (once it is repaired)")
+	vm := fs.Int("vm", -1, "remove every entry rbdfence added for VM `ID`")
+	host := fs.String("host", "", "remove every entry fence-host added for host `NAME` (once it is repaired)")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	var addrArg string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {

@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/collision"
@@ -39,8 +40,8 @@ func runClaim(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("claim "+verb, flag.ContinueOnError)
 	var c common
 	c.register(fs)
-	vm := fs.Int("vm", -1, "VM id")
-	pool := fs.String("pool", "one", "pool holding the claim")
+	vm := fs.Int("vm", -1, "the VM's `ID`")
+	pool := fs.String("pool", "one", "`POOL` holding the claim")
 	apply := fs.Bool("apply", false, "gc: reset the claims listed (default: only list them)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err

@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
 	"strings"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/collision"
@@ -26,11 +27,11 @@ func runFenceHost(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	fs := flag.NewFlagSet("fence-host", flag.ContinueOnError)
 	var c common
 	c.register(fs)
-	hostArg := fs.String("host", "", "the host's NAME or ID (default: its XML, base64, on stdin, as OpenNebula's HA hook sends it)")
+	hostArg := fs.String("host", "", "the host's `NAME` or ID (default: its XML, base64, on stdin, as OpenNebula's HA hook sends it)")
 	whole := fs.Bool("whole-address", false, "also blocklist every address of the host as a whole (ip:0/0): every Ceph client there, OSDs included")
-	quiet := fs.Duration("quiet", hostfence.DefaultQuiet, "refuse a host that oned heard from less than this long ago")
+	quiet := fs.Duration("quiet", hostfence.DefaultQuiet, "refuse a host that oned heard from less than `D` ago")
 	var addrs listFlag
-	fs.Var(&addrs, "host-addr", "an address the host's Ceph clients use (repeatable; default: its name resolved)")
+	fs.Var(&addrs, "host-addr", "an `IP` address the host's Ceph clients use (repeatable; default: its name resolved)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
