@@ -1,0 +1,110 @@
+package frontend
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rbdfence/rbdfence/internal/config"
+)
+
+// The dynamic loader's and the shell's own words, as measured in a Debian
+// 11 chroot with a Debian 12 build (README: Host platforms).
+const (
+	ldGlibc   = "/var/tmp/one/rbdfence/rbdfence-host: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.34' not found (required by /var/tmp/one/rbdfence/rbdfence-host)"
+	ldRados   = "/var/tmp/one/rbdfence/rbdfence-host: error while loading shared libraries: librados.so.2: cannot open shared object file: No such file or directory"
+	shFormat  = "sh: 1: /var/tmp/one/rbdfence/rbdfence-host: Exec format error"
+	stepError = "host step request: not valid JSON"
+)
+
+func TestCannotStart(t *testing.T) {
+	for _, tc := range []struct {
+		code   int
+		why    string
+		want   bool
+		reason string
+	}{
+		{1, ldGlibc, true, "GLIBC_2.34 not found"},
+		{127, ldRados, true, "librados.so.2 not found"},
+		{126, shFormat, true, "exec format error: built for another architecture"},
+		{2, stepError, false, stepError},
+		{3, "VM 42: Ceph unreachable", false, "VM 42: Ceph unreachable"},
+	} {
+		if got := cannotStart(tc.code, tc.why); got != tc.want {
+			t.Errorf("%d %q: %v", tc.code, tc.why, got)
+		}
+		if got := loaderReason(tc.why); got != tc.reason {
+			t.Errorf("%q: reason %q, want %q", tc.why, got, tc.reason)
+		}
+	}
+}
+
+func TestParseProbe(t *testing.T) {
+	h := parseProbe([]byte("os=Debian GNU/Linux 11 (bullseye)\narch=x86_64\nglibc=glibc 2.31\ndpkg=ii  14.2.21-1\nrpm=package librados2 is not installed\nlibso=1\nran=/var/tmp/one/rbdfence/rbdfence-host\n"))
+	if got := h.String(); got != "Debian GNU/Linux 11 (bullseye), x86_64, glibc 2.31, librados2 14.2.21-1" || h.ran != "/var/tmp/one/rbdfence/rbdfence-host" {
+		t.Fatalf("%q %+v", got, h)
+	}
+	h = parseProbe([]byte("os=Rocky Linux 8.9 (Green Obsidian)\narch=x86_64\nglibc=glibc 2.28\ndpkg=\nrpm=16.2.4-5.el8\nlibso=1\n"))
+	if got := h.String(); got != "Rocky Linux 8.9 (Green Obsidian), x86_64, glibc 2.28, librados2 16.2.4-5.el8" {
+		t.Fatalf("%q", got)
+	}
+	if got := parseProbe([]byte("os=\narch=aarch64\nglibc=\nlibso=0\n")).String(); got != "aarch64, no glibc, no librados.so.2" {
+		t.Fatalf("%q", got)
+	}
+}
+
+// TestReadNeeds reads a real ELF file of this machine (a glibc program).
+func TestReadNeeds(t *testing.T) {
+	n, err := readNeeds("/bin/true")
+	if err != nil || n.glibc == "" || n.librados || n.arch == "" {
+		t.Fatalf("%+v %v", n, err)
+	}
+	if _, err := readNeeds("/etc/hostname"); err == nil {
+		t.Fatal("not an ELF file")
+	}
+	for _, tc := range []struct {
+		a, b string
+		less bool
+	}{{"", "2.2.5", true}, {"2.2.5", "2.34", true}, {"2.34", "2.4", false}, {"2.34", "2.34", false}, {"2.31", "2.34", true}} {
+		if versionLess(tc.a, tc.b) != tc.less {
+			t.Errorf("%s < %s: %v", tc.a, tc.b, !tc.less)
+		}
+	}
+}
+
+// TestHostArgv runs the remote command through a real shell as sshd does:
+// the package binary where it is executable, else the synced one; none
+// configured: the synced one, without a shell.
+func TestHostArgv(t *testing.T) {
+	dir := t.TempDir()
+	bin := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\necho "+name+" \"$@\"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	pkg, synced := bin("package"), bin("synced")
+	for _, tc := range []struct {
+		name, pkg, want string
+	}{
+		{"package installed", pkg, "package host --config /c y's"},
+		{"no package", filepath.Join(dir, "absent"), "synced host --config /c y's"},
+		{"package not executable", filepath.Join(dir, "plain"), "synced host --config /c y's"},
+		{"none configured", "", "synced host --config /c y's"},
+	} {
+		os.WriteFile(filepath.Join(dir, "plain"), []byte("x"), 0o644)
+		cfg := config.Default()
+		cfg.OpenNebula.HostBinary, cfg.OpenNebula.HostPackageBinary = synced, tc.pkg
+		argv := (&Env{Cfg: cfg}).hostArgv("host", "--config", "/c y's")
+		if tc.pkg == "" && argv[0] != synced {
+			t.Errorf("%s: %q", tc.name, argv)
+		}
+		out, err := exec.Command("sh", "-c", shellJoin(argv)).Output()
+		if err != nil || strings.TrimSpace(string(out)) != tc.want {
+			t.Errorf("%s: %q %v, want %q", tc.name, out, err, tc.want)
+		}
+	}
+}
