@@ -14,6 +14,7 @@ import (
 
 	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/collision"
+	"github.com/rbdfence/rbdfence/internal/hostaddrs"
 	"github.com/rbdfence/rbdfence/internal/hostfence"
 	"github.com/rbdfence/rbdfence/internal/opennebula"
 	"github.com/rbdfence/rbdfence/internal/outcome"
@@ -31,7 +32,7 @@ func runFenceHost(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	whole := fs.Bool("whole-address", false, "also blocklist every address of the host as a whole (ip:0/0): every Ceph client there, OSDs included")
 	quiet := fs.Duration("quiet", hostfence.DefaultQuiet, "refuse a host that oned heard from less than `D` ago")
 	var addrs listFlag
-	fs.Var(&addrs, "host-addr", "an `IP` address the host's Ceph clients use (repeatable; default: its name resolved)")
+	fs.Var(&addrs, "host-addr", "an `IP` address the host's Ceph clients use (repeatable; default: the host template's "+opennebula.AttrHostAddresses+", else its name resolved)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -92,6 +93,12 @@ func runFenceHost(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	if err := hostfence.Eligible(host, time.Now(), *quiet); err != nil {
 		return fail(err)
 	}
+	// The host's identity: what the operator said (--host-addr, else the
+	// host template's addresses), else its name resolved.
+	ips, from, err := hostaddrs.Of(ctx, host, ips)
+	if err != nil {
+		return fail(usagef("fence-host: %v; nothing was fenced", err))
+	}
 	vms, err := one.VMsOnHost(ctx, host.Name)
 	if err != nil {
 		return fail(onedErr("listing the VMs on "+host.Name, err))
@@ -99,7 +106,7 @@ func runFenceHost(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	run := audit.NewRunID()
 	l := log.WithField("op", hostfence.Op).WithField("host", host.Name).WithField("run", run)
 	l.Debugf("oned: host and %d VM(s) read in %s", len(vms), time.Since(start).Round(time.Millisecond))
-	l.Infof("host %s (%d) is %s: fencing the Ceph clients of %d VM(s)", host.Name, host.ID, opennebula.HostStateName(host.State), len(vms))
+	l.Infof("host %s (%d) is %s: fencing the Ceph clients of %d VM(s) (host addresses %v, from %s, and those its claims record)", host.Name, host.ID, opennebula.HostStateName(host.State), len(vms), ips, from)
 	res, err := hostfence.Run(ctx, cfg, hostfence.Request{Host: host, VMs: vms, HostIPs: ips, WholeAddress: *whole, Run: run})
 	if res == nil {
 		return fail(&configError{err})

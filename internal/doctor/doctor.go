@@ -107,6 +107,7 @@ func Run(ctx context.Context, o Options) []Result {
 		out = append(out, checkWrappers(o.Root)...)
 		out = append(out, checkVMMAD(o.Root))
 		out = append(out, checkOned(ctx, cfg))
+		out = append(out, checkHostAddrs(ctx, o.Root, cfg))
 		if o.HostFences != nil {
 			out = append(out, checkHostFences(ctx, o.HostFences))
 		}

@@ -56,12 +56,16 @@ func TestSessionCommand(t *testing.T) {
 		code       int
 		deployFail bool
 		pkg        bool // the package binary is installed (and the synced one is not)
+		// noGo: the front-end gave up before the answer reached it, and
+		// closes the session without GoLine (issue 18 item 13).
+		noGo       bool
 		wantCode   int
 		wantDeploy bool
 		wantRecord bool
 	}{
 		{name: "admitted", answer: `{"op":"start","ok":true,"version":4}`, wantDeploy: true, wantRecord: true},
 		{name: "admitted, package binary", pkg: true, answer: `{"op":"start","ok":true,"version":4}`, wantDeploy: true, wantRecord: true},
+		{name: "admitted, but the front-end stopped waiting", answer: `{"op":"start","ok":true,"version":4}`, noGo: true, wantCode: 1},
 		{name: "refused", answer: `{"op":"start","ok":false,"kind":"refused","error":"claimed by host b","version":4}`, code: 4, wantCode: 4},
 		{name: "deploy fails", answer: `{"op":"start","ok":true,"version":4}`, deployFail: true, wantCode: 255, wantDeploy: true},
 	} {
@@ -100,7 +104,10 @@ func TestSessionCommand(t *testing.T) {
 			if err := hoststep.WriteRequestFrame(&in, req); err != nil {
 				t.Fatal(err)
 			}
-			in.WriteString(domain)
+			if !tc.noGo {
+				in.WriteString(GoLine + "\n")
+				in.WriteString(domain)
+			}
 			cmd.Stdin = &in
 			var rest, stderr bytes.Buffer
 			out := &hoststep.FrameSplitter{Rest: &rest}

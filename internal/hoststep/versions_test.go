@@ -2,6 +2,7 @@ package hoststep
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -97,5 +98,24 @@ func TestUnknownClaimFormatFlag(t *testing.T) {
 	}
 	if (&Response{Kind: outcome.Usage, Error: "host: flag provided but not defined: -framed"}).UnknownClaimFormatFlag() {
 		t.Fatal("another flag taken for it")
+	}
+}
+
+// TestFrameAdmitsVersions: a one-session start runs its action only for an
+// admitting answer of a host that reads this build's claim format.
+func TestFrameAdmitsVersions(t *testing.T) {
+	cur := `{"step":{"path":"/x","protocol":4,"claim_format":` + strconv.Itoa(engine.ClaimFormat) + `}}`
+	for _, tc := range []struct {
+		body string
+		want bool
+	}{
+		{`{"version":4,"op":"start","ok":true,"versions":` + cur + `}`, true},
+		{`{"version":3,"op":"start","ok":true}`, false}, // no versions: an rbdfence up to 0300e58
+		{`{"version":4,"op":"start","ok":true,"versions":{"step":{"path":"/x","claim_format":1}}}`, false},
+		{`{"version":4,"op":"start","ok":false,"error":"no","versions":` + cur + `}`, false},
+	} {
+		if got := FrameAdmits([]byte(tc.body)); got != tc.want {
+			t.Errorf("%s: %v", tc.body, got)
+		}
 	}
 }
