@@ -16,6 +16,8 @@ PKGS=(
 	openssh-server openssh-client iproute2 procps util-linux
 	# package tests: rpm, rpm2archive, rpm2cpio
 	rpm
+	# a Debian 11 userland for the host platform tests (test/hostcompat)
+	debootstrap
 )
 
 missing() {
