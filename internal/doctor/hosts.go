@@ -100,12 +100,13 @@ func checkHostVersions(ctx context.Context, root string, cfg *config.Config) Res
 		return r
 	}
 	if v == nil {
-		splitFix(&r, hoststep.CheckVersions("this host", nil, engine.ClaimFormat, true).Error())
+		splitFix(&r, strings.TrimPrefix(hoststep.CheckVersions("this host", nil, engine.ClaimFormat, true).Error(), "host this host: "))
+		r.Detail = "the front-end's host steps run " + step + " here: " + r.Detail
 		return r
 	}
 	r.Detail = "the front-end's host steps run " + step + " here; " + describe(v)
 	if err := hoststep.CheckVersions("this host", v, engine.ClaimFormat, true); err != nil {
-		splitFix(&r, err.Error())
+		splitFix(&r, strings.TrimPrefix(err.Error(), "host this host: "))
 		r.Detail += "; " + describe(v)
 	}
 	return r
