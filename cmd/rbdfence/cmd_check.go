@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -11,6 +10,7 @@ import (
 	flag "github.com/spf13/pflag"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
+	"github.com/rbdfence/rbdfence/internal/checkjson"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/fencer"
 	"github.com/rbdfence/rbdfence/internal/outcome"
@@ -94,9 +94,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, dryR
 	}
 	recordMetrics(cfg, log, name, start, r, outcome.Of(r.Err()))
 	if c.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
+		if err := checkjson.Write(stdout, checkjson.FromReport(r, dryRun)); err != nil {
 			return err
 		}
 	} else {

@@ -132,7 +132,7 @@ func claimReset(ctx context.Context, cfg *config.Config, s *fencer.Session, pool
 		fmt.Fprintf(stdout, "VM %d had no claim in pool %s (audited)\n", vm, pool)
 		return nil
 	}
-	fmt.Fprintf(stdout, "VM %d: claim of deploy #%d on %s removed (audited); the next start claims the VM afresh\n", vm, prev.Seq, prev.Host)
+	fmt.Fprintf(stdout, "VM %d: claim of %s on %s removed (audited); the next start claims the VM afresh\n", vm, deploy(prev.Seq), prev.Host)
 	return nil
 }
 
@@ -203,7 +203,7 @@ func claimGC(ctx context.Context, cfg *config.Config, s *fencer.Session, pool st
 			case en.Error != "":
 				what = "NOT reset: " + en.Error
 			}
-			fmt.Fprintf(stdout, "VM %d (deploy #%d on %s, %s): %s\n", en.VM, en.Seq, en.Host, en.Reason, what)
+			fmt.Fprintf(stdout, "VM %d (%s on %s, %s): %s\n", en.VM, deploy(en.Seq), en.Host, en.Reason, what)
 		}
 		if !apply && len(out) > 0 {
 			fmt.Fprintf(stdout, "dry run: %d claim(s) listed; run 'rbdfence claim gc --apply' to reset them\n", len(out))

@@ -62,7 +62,7 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer cancel()
 	evs, err := client.ListEvents(ctx, o.vm, since)
 	if err != nil {
-		return fmt.Errorf("listing events: %w", err)
+		return onedError("events: listing the events", err)
 	}
 	if o.json {
 		if evs == nil {

@@ -49,6 +49,9 @@ func runFenceHost(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	}
 	hostID := -1
 	if *hostArg == "" {
+		if isTerminal(stdin) {
+			fmt.Fprintln(stderr, "rbdfence fence-host: no --host given: reading the host's XML, base64, from stdin, as OpenNebula's HA hook sends it (end with Ctrl-D; or give --host NAME)")
+		}
 		h, err := hostfence.ReadHookInput(stdin)
 		if err != nil {
 			return usagef("%v (or give --host NAME)", err)

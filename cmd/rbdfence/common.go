@@ -16,6 +16,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/metrics"
+	"github.com/rbdfence/rbdfence/internal/opennebula"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
@@ -186,6 +187,21 @@ func withGlobals(args, globals []string) []string {
 	return slices.Concat(args[:i], globals, args[i:])
 }
 
+// onedError says what could not be read from oned and what to do. Its
+// exit code comes from the one table (internal/outcome): an unknown VM is
+// bad input (2), oned out of reach or refusing us is 3.
+func onedError(what string, err error) error {
+	switch {
+	case errors.Is(err, opennebula.ErrNotFound):
+		return fmt.Errorf("%s: not found in oned (%w)", what, err)
+	case errors.Is(err, opennebula.ErrUnreachable):
+		return fmt.Errorf("%s: %w; check that oned runs and opennebula.endpoint", what, err)
+	case errors.Is(err, opennebula.ErrAuthentication), errors.Is(err, opennebula.ErrAuthorization):
+		return fmt.Errorf("%s: %w; check opennebula.auth_file", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 2, 4, 2, ' ', 0) }
 
 func newLogger(stderr io.Writer, cfg *config.Config, verbose bool) *logrus.Logger {
@@ -218,6 +234,15 @@ func recordMetrics(cfg *config.Config, log *logrus.Logger, op string, start time
 // bounded returns ctx limited by the config's total timeout.
 func bounded(ctx context.Context, cfg *config.Config) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, time.Duration(cfg.Timeouts.Total))
+}
+
+// deploy names a deploy by its HISTORY SEQ ("deploy #3"); a claim the
+// libvirt hook wrote alone does not know it (-1).
+func deploy(seq int) string {
+	if seq < 0 {
+		return "a deploy of unknown seq"
+	}
+	return fmt.Sprintf("deploy #%d", seq)
 }
 
 func fmtTime(t time.Time) string {

@@ -182,6 +182,17 @@ func flagUsages(fs *flag.FlagSet) string {
 	return b.String()
 }
 
+// verbsMarkdown is the verb table of docs/CLI.md (a test keeps it equal).
+func verbsMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| command | what it does |\n|---|---|\n")
+	for _, h := range helps {
+		first, _, _ := strings.Cut(h.about, "\n")
+		fmt.Fprintf(&b, "| `rbdfence %s` | %s |\n", strings.ReplaceAll(h.synopsis, "|", "\\|"), first)
+	}
+	return b.String()
+}
+
 // subVerbs are the sub-verbs of verb (claim: show, reset, gc).
 func subVerbs(verb string) []string {
 	var out []string

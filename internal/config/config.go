@@ -228,7 +228,7 @@ func Parse(b []byte, c *Config) error {
 			if key := keyAt(&doc, line, ""); key != "" {
 				rest := strings.TrimSpace(strings.TrimPrefix(msg, m[0]))
 				if f := fieldRe.FindStringSubmatch(rest); f != nil {
-					rest = "unknown key (see the configuration reference in the README)"
+					rest = "unknown key (see docs/CONFIGURATION.md)"
 				}
 				return fmt.Errorf("%s: %s", key, rest)
 			}

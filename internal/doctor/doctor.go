@@ -157,7 +157,7 @@ func configDetail(path string, cfg *config.Config) string {
 		mons = "monitors from " + cfg.Ceph.Conf
 	}
 	return fmt.Sprintf("%s is absent: built-in defaults apply (ceph.user %s, ceph.keyring %s, %s unless a disk names its own, "+
-		"fence.expire %s, fence.fail_open %t, opennebula.endpoint %s, audit_log %s; README: Configuration)",
+		"fence.expire %s, fence.fail_open %t, opennebula.endpoint %s, audit_log %s; docs/CONFIGURATION.md)",
 		path, cfg.Ceph.User, cfg.Ceph.Keyring, mons, days(time.Duration(cfg.Fence.Expire)), cfg.Fence.FailOpen, cfg.OpenNebula.Endpoint, cfg.AuditLog)
 }
 

@@ -72,7 +72,7 @@ func (f fixes) run(part string, args ...string) string {
 }
 
 func (f fixes) config() string {
-	return "correct the key named in the message in " + f.configPath + " (README: Configuration)"
+	return "correct the key named in the message in " + f.configPath + " (docs/CONFIGURATION.md)"
 }
 
 func (f fixes) cephConnect() string {
