@@ -27,7 +27,7 @@ func cannotStart(code int, why string) bool {
 	if code == 126 || code == 127 {
 		return true
 	}
-	return strings.Contains(why, "error while loading shared libraries") ||
+	return strings.Contains(why, "error while loading shared libraries") || strings.Contains(why, "symbol lookup error") ||
 		(strings.Contains(why, "GLIBC_") && strings.Contains(why, "not found")) ||
 		strings.Contains(why, "Exec format error") || strings.Contains(why, "cannot execute binary file")
 }
@@ -249,6 +249,7 @@ func orPath(p string) string {
 var (
 	glibcRe  = regexp.MustCompile("version .(GLIBC_[0-9.]+). not found")
 	sharedRe = regexp.MustCompile(`error while loading shared libraries: ([^:]+): cannot open`)
+	symbolRe = regexp.MustCompile(`symbol lookup error: .*undefined symbol: ([^\s,]+)`)
 )
 
 // loaderReason shortens the dynamic loader's complaint to its reason.
@@ -258,6 +259,9 @@ func loaderReason(why string) string {
 	}
 	if m := sharedRe.FindStringSubmatch(why); m != nil {
 		return m[1] + " not found"
+	}
+	if m := symbolRe.FindStringSubmatch(why); m != nil {
+		return "undefined symbol " + m[1] + ": the host's library is older than the one it was built with"
 	}
 	if strings.Contains(why, "Exec format error") {
 		return "exec format error: built for another architecture"

@@ -29,6 +29,9 @@ func TestCannotStart(t *testing.T) {
 		{1, ldGlibc, true, "GLIBC_2.34 not found"},
 		{127, ldRados, true, "librados.so.2 not found"},
 		{126, shFormat, true, "exec format error: built for another architecture"},
+		// A Debian 11 build against Pacific's headers on Debian 11's own librados2 14.2.21.
+		{127, "/usr/bin/rbdfence: symbol lookup error: /usr/bin/rbdfence: undefined symbol: _ZN4ceph6buffer7v15_2_04list17always_empty_bptrE, version LIBRADOS_14.2.0", true,
+			"undefined symbol _ZN4ceph6buffer7v15_2_04list17always_empty_bptrE: the host's library is older than the one it was built with"},
 		{2, stepError, false, stepError},
 		{3, "VM 42: Ceph unreachable", false, "VM 42: Ceph unreachable"},
 	} {
