@@ -53,7 +53,7 @@ func describe(v *hoststep.Versions) string {
 	}
 	if p := v.Platform; p != nil {
 		var ps []string
-		for _, x := range []string{p.OS, p.Arch, "glibc " + orNone(p.Glibc), orNone(p.Librados)} {
+		for _, x := range []string{p.OS, p.Arch, "glibc " + orNone(p.Glibc), orLib(p.Librados, "librados.so.2"), orLib(p.Librbd, "librbd.so.1")} {
 			if x != "" {
 				ps = append(ps, x)
 			}
@@ -61,6 +61,13 @@ func describe(v *hoststep.Versions) string {
 		parts = append(parts, strings.Join(ps, ", "))
 	}
 	return strings.Join(parts, "; ")
+}
+
+func orLib(s, soname string) string {
+	if s == "" {
+		return "no " + soname
+	}
+	return s
 }
 
 func orNone(s string) string {
@@ -108,6 +115,15 @@ func checkHostVersions(ctx context.Context, root string, cfg *config.Config) Res
 	if err := hoststep.CheckVersions("this host", v, engine.ClaimFormat, true); err != nil {
 		splitFix(&r, strings.TrimPrefix(err.Error(), "host this host: "))
 		r.Detail += "; " + describe(v)
+		return r
+	}
+	if p := v.Platform; p != nil && p.Librbd == "" {
+		// The step loads it only to break a lock (internal/ceph breaklock.c):
+		// without it a fence blocklists the client, leaves its lock, and the
+		// start is refused as an incomplete fence.
+		r.OK = false
+		r.Detail = "librbd.so.1 is missing here: a fence would blocklist a client but could not break its lock (the start is then refused); " + describe(v)
+		r.Fix = "install librbd1 (Ceph 16.2 or later) here, as OpenNebula's Ceph datastores need it"
 	}
 	return r
 }

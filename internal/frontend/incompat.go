@@ -1,9 +1,11 @@
 package frontend
 
 import (
+	"bytes"
 	"context"
 	"debug/elf"
 	"fmt"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -42,14 +44,16 @@ echo "glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null)"
 echo "dpkg=$(dpkg-query -W -f='${db:Status-Abbrev} ${Version}' librados2 2>/dev/null)"
 echo "rpm=$(rpm -q --qf '%{VERSION}-%{RELEASE}' librados2 2>/dev/null)"
 echo "libso=$( { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -c 'librados\.so\.2 ')"
+echo "rbd=$(dpkg-query -W -f='${db:Status-Abbrev} ${Version}' librbd1 2>/dev/null)$(rpm -q --qf ' %{VERSION}-%{RELEASE}' librbd1 2>/dev/null)"
+echo "rbdso=$( { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -c 'librbd\.so\.1 ')"
 if [ -n "$p" ] && [ -x "$p" ]; then echo "ran=$p"; else echo "ran=$s"; fi
 `
 
 // hostHas is what probeScript found.
 type hostHas struct {
-	os, arch, glibc, librados string
-	libso                     bool // librados.so.2 in the loader's cache
-	ran                       string
+	os, arch, glibc, librados, librbd string
+	libso, rbdso                      bool // librados.so.2, librbd.so.1 in the loader's cache
+	ran                               string
 }
 
 func parseProbe(out []byte) hostHas {
@@ -75,6 +79,15 @@ func parseProbe(out []byte) hostHas {
 		case "libso":
 			n, _ := strconv.Atoi(v)
 			h.libso = n > 0
+		case "rbd":
+			if f := strings.Fields(v); len(f) >= 2 && strings.HasPrefix(f[0], "ii") {
+				h.librbd = f[1]
+			} else if len(f) == 1 && f[0][0] >= '0' && f[0][0] <= '9' {
+				h.librbd = f[0]
+			}
+		case "rbdso":
+			n, _ := strconv.Atoi(v)
+			h.rbdso = n > 0
 		case "ran":
 			h.ran = v
 		}
@@ -103,6 +116,14 @@ func (h hostHas) String() string {
 	default:
 		parts = append(parts, "no librados.so.2")
 	}
+	switch {
+	case h.librbd != "":
+		parts = append(parts, "librbd1 "+h.librbd)
+	case h.rbdso:
+		parts = append(parts, "a librbd.so.1 of no package")
+	default:
+		parts = append(parts, "no librbd.so.1")
+	}
 	return strings.Join(parts, ", ")
 }
 
@@ -111,6 +132,7 @@ func (h hostHas) String() string {
 type binaryNeeds struct {
 	glibc    string // the newest GLIBC_ symbol version it uses, e.g. "2.34"
 	librados bool   // it links librados.so.2
+	librbd   bool   // it loads librbd.so.1 (to break a lock)
 	arch     string // uname -m of its machine, e.g. x86_64
 }
 
@@ -139,6 +161,9 @@ func readNeeds(path string) (binaryNeeds, error) {
 			n.librados = true
 		}
 	}
+	if b, err := os.ReadFile(path); err == nil {
+		n.librbd = bytes.Contains(b, []byte("librbd.so.1\x00"))
+	}
 	syms, _ := f.ImportedSymbols()
 	for _, s := range syms {
 		if v, ok := strings.CutPrefix(s.Version, "GLIBC_"); ok && versionLess(n.glibc, v) {
@@ -153,7 +178,10 @@ func (n binaryNeeds) String() string {
 	if n.glibc != "" {
 		parts = append(parts, "glibc "+n.glibc+" or later")
 	}
-	if n.librados {
+	switch {
+	case n.librados && n.librbd:
+		parts = append(parts, "librados.so.2 and librbd.so.1 (librados2, librbd1 16.2 or later)")
+	case n.librados:
 		parts = append(parts, "librados.so.2 (librados2 16.2 or later)")
 	}
 	return strings.Join(parts, ", ")
@@ -224,8 +252,8 @@ func (e *Env) incompatible(ctx context.Context, vm int, host, why string) *Error
 	case pkg:
 		fix = fmt.Sprintf("reinstall the rbdfence and rbdfence-host packages built for %s on %s", built, host)
 	case nerr == nil && probed && needs.glibc != "" && has.glibc != "" && !versionLess(has.glibc, needs.glibc) &&
-		needs.arch == has.arch && needs.librados && !has.libso:
-		fix = fmt.Sprintf("install librados2 (Ceph 16.2 or later) on %s, as OpenNebula's Ceph datastores need it there", host)
+		needs.arch == has.arch && (needs.librados && !has.libso || needs.librbd && !has.rbdso):
+		fix = fmt.Sprintf("install librados2 and librbd1 (Ceph 16.2 or later) on %s, as OpenNebula's Ceph datastores need them there", host)
 	default:
 		fix = fmt.Sprintf("install the rbdfence and rbdfence-host packages built for %s on %s: the host step then runs its %s instead of the synced binary (README: Host platforms)", built, host, orPath(o.HostPackageBinary))
 	}

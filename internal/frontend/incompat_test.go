@@ -45,15 +45,15 @@ func TestCannotStart(t *testing.T) {
 }
 
 func TestParseProbe(t *testing.T) {
-	h := parseProbe([]byte("os=Debian GNU/Linux 11 (bullseye)\narch=x86_64\nglibc=glibc 2.31\ndpkg=ii  14.2.21-1\nrpm=package librados2 is not installed\nlibso=1\nran=/var/tmp/one/rbdfence/rbdfence-host\n"))
-	if got := h.String(); got != "Debian GNU/Linux 11 (bullseye), x86_64, glibc 2.31, librados2 14.2.21-1" || h.ran != "/var/tmp/one/rbdfence/rbdfence-host" {
+	h := parseProbe([]byte("os=Debian GNU/Linux 11 (bullseye)\narch=x86_64\nglibc=glibc 2.31\ndpkg=ii  14.2.21-1\nrpm=package librados2 is not installed\nlibso=1\nrbd=\nrbdso=0\nran=/var/tmp/one/rbdfence/rbdfence-host\n"))
+	if got := h.String(); got != "Debian GNU/Linux 11 (bullseye), x86_64, glibc 2.31, librados2 14.2.21-1, no librbd.so.1" || h.ran != "/var/tmp/one/rbdfence/rbdfence-host" {
 		t.Fatalf("%q %+v", got, h)
 	}
-	h = parseProbe([]byte("os=Rocky Linux 8.9 (Green Obsidian)\narch=x86_64\nglibc=glibc 2.28\ndpkg=\nrpm=16.2.4-5.el8\nlibso=1\n"))
-	if got := h.String(); got != "Rocky Linux 8.9 (Green Obsidian), x86_64, glibc 2.28, librados2 16.2.4-5.el8" {
+	h = parseProbe([]byte("os=Rocky Linux 8.9 (Green Obsidian)\narch=x86_64\nglibc=glibc 2.28\ndpkg=\nrpm=16.2.4-5.el8\nlibso=1\nrbd= 16.2.4-5.el8\nrbdso=1\n"))
+	if got := h.String(); got != "Rocky Linux 8.9 (Green Obsidian), x86_64, glibc 2.28, librados2 16.2.4-5.el8, librbd1 16.2.4-5.el8" {
 		t.Fatalf("%q", got)
 	}
-	if got := parseProbe([]byte("os=\narch=aarch64\nglibc=\nlibso=0\n")).String(); got != "aarch64, no glibc, no librados.so.2" {
+	if got := parseProbe([]byte("os=\narch=aarch64\nglibc=\nlibso=0\n")).String(); got != "aarch64, no glibc, no librados.so.2, no librbd.so.1" {
 		t.Fatalf("%q", got)
 	}
 }

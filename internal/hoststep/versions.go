@@ -50,7 +50,9 @@ type Platform struct {
 	OS       string `json:"os,omitempty"`       // PRETTY_NAME of /etc/os-release
 	Arch     string `json:"arch,omitempty"`     // uname -m
 	Glibc    string `json:"glibc,omitempty"`    // e.g. "2.36"; "" when not glibc
-	Librados string `json:"librados,omitempty"` // librados2's package version, or the library's path; "" when absent
+	Librados string `json:"librados,omitempty"` // "librados2 <package version>", "librados.so.2" of no package, "" when absent
+	// Librbd is librbd1 alike: the host step loads it to break a lock.
+	Librbd string `json:"librbd,omitempty"`
 }
 
 // HookVersionLine is what `rbdfence-hook --version` prints: its build and

@@ -250,10 +250,26 @@ func Platform(ctx context.Context, root string) *hoststep.Platform {
 	if b, err := exec.CommandContext(ctx, "getconf", "GNU_LIBC_VERSION").Output(); err == nil {
 		p.Glibc = strings.TrimPrefix(strings.TrimSpace(string(b)), "glibc ")
 	}
-	for _, pkg := range installed(ctx, "librados2") {
-		p.Librados = "librados2 " + pkg.Version
-	}
+	p.Librados = library(ctx, "librados2", "librados.so.2")
+	p.Librbd = library(ctx, "librbd1", "librbd.so.1")
 	return p
+}
+
+// library is "PKG VERSION" when the package is installed, else soname
+// when the loader's cache has it, else "".
+func library(ctx context.Context, pkg, soname string) string {
+	for _, p := range installed(ctx, pkg) {
+		return p.Name + " " + p.Version
+	}
+	for _, ldconfig := range []string{"ldconfig", "/sbin/ldconfig"} {
+		if b, err := exec.CommandContext(ctx, ldconfig, "-p").Output(); err == nil {
+			if bytes.Contains(b, []byte("\t"+soname+" ")) {
+				return soname
+			}
+			return ""
+		}
+	}
+	return ""
 }
 
 // osName is PRETTY_NAME of root's os-release.

@@ -59,17 +59,17 @@ func TestOlderUserland(t *testing.T) {
 		why     string // what the loader or the shell said, shortened
 		has     string
 	}{
-		{"glibc too old", func() {}, "GLIBC_2.3", "rbdf-bullseye has Debian GNU/Linux 11 (bullseye), x86_64, glibc 2.31, librados2 14.2.21-1"},
+		{"glibc too old", func() {}, "GLIBC_2.3", "rbdf-bullseye has Debian GNU/Linux 11 (bullseye), x86_64, glibc 2.31, librados2 14.2.21-1, no librbd.so.1"},
 		{"librados.so.2 missing", func() {
 			run(t, "chroot", root, "dpkg", "--purge", "--force-depends", "librados2")
-		}, "librados.so.2 not found", "rbdf-bullseye has Debian GNU/Linux 11 (bullseye), x86_64, glibc 2.31, no librados.so.2"},
+		}, "librados.so.2 not found", "rbdf-bullseye has Debian GNU/Linux 11 (bullseye), x86_64, glibc 2.31, no librados.so.2, no librbd.so.1"},
 		{"another architecture", func() {
 			// An aarch64 ELF header: exec says "Exec format error".
 			elf := append([]byte("\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00"), make([]byte, 200)...)
 			if err := os.WriteFile(h.at(syncedBinary), elf, 0o755); err != nil {
 				t.Fatal(err)
 			}
-		}, "exec format error: built for another architecture", "rbdf-bullseye has Debian GNU/Linux 11 (bullseye), x86_64, glibc 2.31, no librados.so.2"},
+		}, "exec format error: built for another architecture", "rbdf-bullseye has Debian GNU/Linux 11 (bullseye), x86_64, glibc 2.31, no librados.so.2, no librbd.so.1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.prepare()
