@@ -33,6 +33,9 @@ const hostsParallel = 16
 func describe(v *hoststep.Versions) string {
 	var parts []string
 	s := v.Step
+	if s.Path == "" { // only the platform
+		return describePlatform(v.Platform)
+	}
 	parts = append(parts, fmt.Sprintf("host step %s %s (protocol %d, claim format %d)", s.Path, orNone(s.Version), s.Protocol, max(s.ClaimFormat, 1)))
 	switch h := v.Hook; {
 	case h == nil:
@@ -51,16 +54,23 @@ func describe(v *hoststep.Versions) string {
 		}
 		parts = append(parts, "packages "+strings.Join(ps, ", "))
 	}
-	if p := v.Platform; p != nil {
-		var ps []string
-		for _, x := range []string{p.OS, p.Arch, "glibc " + orNone(p.Glibc), orLib(p.Librados, "librados.so.2"), orLib(p.Librbd, "librbd.so.1")} {
-			if x != "" {
-				ps = append(ps, x)
-			}
-		}
-		parts = append(parts, strings.Join(ps, ", "))
+	if p := describePlatform(v.Platform); p != "" {
+		parts = append(parts, p)
 	}
 	return strings.Join(parts, "; ")
+}
+
+func describePlatform(p *hoststep.Platform) string {
+	if p == nil {
+		return ""
+	}
+	var ps []string
+	for _, x := range []string{p.OS, p.Arch, "glibc " + orNone(p.Glibc), orLib(p.Librados, "librados.so.2"), orLib(p.Librbd, "librbd.so.1")} {
+		if x != "" {
+			ps = append(ps, x)
+		}
+	}
+	return strings.Join(ps, ", ")
 }
 
 func orLib(s, soname string) string {
@@ -98,13 +108,18 @@ func checkHostVersions(ctx context.Context, root string, cfg *config.Config) Res
 	v, err := askStep(ctx, filepath.Join(root, step))
 	if err != nil {
 		r.OK = false
-		r.Detail = fmt.Sprintf("the front-end's host steps run %s here, which %v (%s, glibc %s, %s)", step, err, orNone(platform.OS), orNone(platform.Glibc), orNone(platform.Librados))
+		r.Detail = fmt.Sprintf("the front-end's host steps run %s here, which %v (this host: %s)", step, err, describe(&hoststep.Versions{Platform: platform}))
 		if errorsIsMissing(err) {
 			r.Fix = "run 'onehost sync --force' as oneadmin on the front-end (it copies the host binary here), or install the rbdfence and rbdfence-host packages here"
 		} else {
 			r.Fix = "install the rbdfence and rbdfence-host packages built for " + orNone(platform.OS) + " here: the front-end then runs their " + orNone(cfg.OpenNebula.HostPackageBinary)
 		}
 		return r
+	}
+	if v != nil && filepath.Clean(root) != "/" {
+		// The step looked at the machine's own /etc/libvirt; doctor checks
+		// the installation under root.
+		v.Hook = hostversions.Hook(ctx, root, "")
 	}
 	if v == nil {
 		splitFix(&r, strings.TrimPrefix(hoststep.CheckVersions("this host", nil, engine.ClaimFormat, true).Error(), "host this host: "))
