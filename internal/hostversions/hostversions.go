@@ -111,6 +111,13 @@ func Hook(ctx context.Context, root, cacheDir string) *hoststep.Binary {
 		return &b
 	}
 	b := ask(ctx, bin)
+	if b.Error != "" {
+		// Uninstalled while we asked (the installer removes the entry
+		// before the binary): no hook, not a broken one.
+		if _, _, still, _ := FindHook(root); !still {
+			return nil
+		}
+	}
 	if b.Error == "" && id != "" {
 		writeCache(cacheDir, cacheEntry{ID: id, Binary: *b})
 	}
