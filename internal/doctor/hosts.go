@@ -179,16 +179,17 @@ func askStep(ctx context.Context, bin string) (*hoststep.Versions, error) {
 	return resp.Versions, nil
 }
 
-// checkHosts asks every KVM host (not OFFLINE) what runs there, as a start
-// reaches it: one line per host.
-func checkHosts(ctx context.Context, root string, cfg *config.Config, version string) []Result {
+// kvmHosts lists oned's host pool and the KVM hosts (not OFFLINE) in it,
+// by the VM_MADs of root's oned.conf that run the kvm driver, as event
+// collection selects them (frontend.KVMHosts).
+func kvmHosts(ctx context.Context, root string, cfg *config.Config) ([]opennebula.PoolHost, []string, error) {
 	c, err := opennebula.New(cfg.OpenNebula.Endpoint, cfg.OpenNebula.AuthFile, time.Duration(cfg.Timeouts.Oned))
 	var pool []opennebula.PoolHost
 	if err == nil {
 		pool, err = c.Hosts(ctx)
 	}
 	if err != nil {
-		return []Result{{Check: "hosts", Detail: "cannot list the hosts: " + oneLine(err.Error()), Fix: "see the oned check"}}
+		return nil, nil, err
 	}
 	mads := frontend.DefaultKVMMads
 	if b, err := os.ReadFile(filepath.Join(root, "etc/one/oned.conf")); err == nil {
@@ -197,6 +198,16 @@ func checkHosts(ctx context.Context, root string, cfg *config.Config, version st
 		}
 	}
 	names, _ := frontend.KVMHosts(pool, mads, nil)
+	return pool, names, nil
+}
+
+// checkHosts asks every KVM host (not OFFLINE) what runs there, as a start
+// reaches it: one line per host.
+func checkHosts(ctx context.Context, root string, cfg *config.Config, version string) []Result {
+	_, names, err := kvmHosts(ctx, root, cfg)
+	if err != nil {
+		return []Result{{Check: "hosts", Detail: "cannot list the hosts: " + oneLine(err.Error()), Fix: "see the oned check"}}
+	}
 	if len(names) == 0 {
 		return []Result{{Check: "hosts", OK: true, Detail: "no KVM host in oned's pool (not OFFLINE) to ask"}}
 	}

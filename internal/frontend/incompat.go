@@ -108,23 +108,20 @@ func (h hostHas) String() string {
 	} else {
 		parts = append(parts, "no glibc")
 	}
-	switch {
-	case h.librados != "":
-		parts = append(parts, "librados2 "+h.librados)
-	case h.libso:
-		parts = append(parts, "a librados.so.2 of no package")
-	default:
-		parts = append(parts, "no librados.so.2")
-	}
-	switch {
-	case h.librbd != "":
-		parts = append(parts, "librbd1 "+h.librbd)
-	case h.rbdso:
-		parts = append(parts, "a librbd.so.1 of no package")
-	default:
-		parts = append(parts, "no librbd.so.1")
-	}
+	parts = append(parts, library("librados2", h.librados, "librados.so.2", h.libso), library("librbd1", h.librbd, "librbd.so.1", h.rbdso))
 	return strings.Join(parts, ", ")
+}
+
+// library says how a host has a library: its package's version, a file of
+// no package the loader knows, or none.
+func library(pkg, version, soname string, cached bool) string {
+	switch {
+	case version != "":
+		return pkg + " " + version
+	case cached:
+		return "a " + soname + " of no package"
+	}
+	return "no " + soname
 }
 
 // binaryNeeds is what a host binary needs of its host, read from its ELF
