@@ -140,7 +140,7 @@ func needsCeph(o Options) (bool, string) {
 		return true, "" // configured for fence-host: it must work
 	}
 	return false, fmt.Sprintf("not needed on this front-end: opennebula.remote is ssh (the hosts do the Ceph work) and no Ceph access is configured here "+
-		"(no ceph.mon_host, no %s); only fence-host, the HA fence, would need it (README: Host failure)", cfg.Ceph.Keyring)
+		"(no ceph.mon_host, no %s); only fence-host, the HA fence, would need it (docs/HOST-FAILURE.md)", cfg.Ceph.Keyring)
 }
 
 // configDetail says whether the config file exists and, when it does not,

@@ -218,7 +218,7 @@ func TestFixes(t *testing.T) {
 		{pkg.tmCeph(), "run '/usr/lib/rbdfence/install.sh frontend': it puts OpenNebula's scripts back"},
 		{pkg.cephCaps(cfg, "one"), `as client.admin run 'ceph auth caps client.libvirt mon "profile rbd" osd "profile rbd pool=one"'`},
 		{pkg.config(), "correct the key named in the message in /etc/one/rbdfence.yaml (docs/CONFIGURATION.md)"},
-		{fixes{}.wrappers(), "run './install.sh frontend' in the rbdfence source tree (after 'make build'), then 'onehost sync --force' as oneadmin"},
+		{fixes{}.wrappers(), "run './install.sh frontend' from the rbdfence source tree after 'make build', then 'onehost sync --force' as oneadmin"},
 		{fixes{installer: PackagedInstaller, prefix: " --prefix /srv/root"}.wrappers(), "run '/usr/lib/rbdfence/install.sh frontend --prefix /srv/root', then 'onehost sync --force' as oneadmin"},
 	} {
 		if tc.got != tc.want {

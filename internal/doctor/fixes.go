@@ -59,7 +59,7 @@ func newFixes(o Options) fixes {
 func (f fixes) run(part string, args ...string) string {
 	inst, where := f.installer, ""
 	if inst == "" {
-		inst, where = "./install.sh", " in the rbdfence source tree (after 'make build')"
+		inst, where = "./install.sh", " from the rbdfence source tree after 'make build'"
 	}
 	cmd := inst + " " + part + f.prefix
 	if part == "host" && inst == PackagedInstaller {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -206,5 +207,40 @@ func TestStartBesideOldHook(t *testing.T) {
 				t.Fatalf("beside this build's hook: exit %d stdout %q\nstderr:\n%s", res.code, res.stdout, res.stderr)
 			}
 		})
+	}
+}
+
+// TestPackageBinaryPreferred (issue 20 item 1): where the host has the
+// rbdfence package's binary (opennebula.host_package_binary), the host
+// step is that one, built for the host; the synced one is the fallback.
+// Here the synced binary cannot start on the host (another architecture):
+// a start goes on through the package's, and fails with the one line once
+// the package's is gone.
+func TestPackageBinaryPreferred(t *testing.T) {
+	r := newCephRig(t, "")
+	h := r.nsHost("rbdf-pkg", testenv.Bin(t, "rbdfence-hook"))
+	elf := append([]byte("\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00"), make([]byte, 200)...)
+	if err := os.WriteFile(h.at(syncedBinary), elf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pkg := r.path("pkg/usr/bin/rbdfence")
+	copyFile(t, testenv.Bin(t, "rbdfence"), pkg)
+	cfg := r.frontendConfig("rbdfence-pkg.yaml", "  host_config: "+r.hostCfg+"\n  host_package_binary: "+pkg+"\n", "")
+	vm, _, _ := r.newVM(h)
+	args, stdin := deployment(r.rig, vm, h, fmt.Sprintf("one/one-%d", vm), r.ceph.Mon)
+	res := runBin(t, cfg, testenv.Bin(t, "deploy-rbdfence"), stdin, args...)
+	r.waitDetached()
+	if res.code != 0 || r.ran("deploy-ran") == "" {
+		t.Fatalf("with the package's binary: exit %d\n%s", res.code, res.stderr)
+	}
+	d := runBin(t, cfg, testenv.Bin(t, "rbdfence"), "", "doctor", "--role", "frontend", "--root", r.path("no-frontend-files"))
+	if !regexp.MustCompile(`PASS  host rbdf-pkg +host step ` + regexp.QuoteMeta(pkg) + ` `).MatchString(d.stdout) {
+		t.Fatalf("doctor does not name the package's binary as the host step:\n%s", d.stdout)
+	}
+	os.Remove(pkg)
+	res = runBin(t, cfg, testenv.Bin(t, "deploy-rbdfence"), stdin, args...)
+	want := fmt.Sprintf("VM %d: host rbdf-pkg cannot start rbdfence's host binary %s (exec format error: built for another architecture)", vm, syncedBinary)
+	if p := res.plain(); res.code != 3 || len(p) != 1 || !strings.HasPrefix(p[0], want) {
+		t.Fatalf("without the package's binary: exit %d %q\nwant %q...", res.code, p, want)
 	}
 }
