@@ -3,8 +3,9 @@
 // over ssh on the VM's host, or locally): one Request on stdin, one Response
 // on stdout.
 //
-// The protocol survives a rolling upgrade (front-end first, then the hosts
-// with `onehost sync --force`; a host may miss that step for a while):
+// The protocol survives a rolling upgrade (front-end first, then the hosts'
+// packages and `onehost sync --force`; a host may miss that step for a
+// while):
 //
 //   - Both messages carry the sender's protocol Version; a message without
 //     one is version 1, the JSON of rbdfence before versions.
@@ -17,6 +18,10 @@
 //   - Only a real incompatibility is refused: an op the host does not know,
 //     or a peer older than minVersion. The *IncompatibleError names both
 //     versions and the fix.
+//   - Version 4 answers carry what runs on the host (Versions: the host
+//     step and the hook beside it, their claim formats); a start or an
+//     incoming migration on a host that reads an older claim format than
+//     the front-end's is refused (CheckVersions, versions.go).
 package hoststep
 
 import (
@@ -63,8 +68,9 @@ const Version = 4
 const minVersion = 1
 
 // Fix is what an operator runs to bring the hosts' rbdfence up to the
-// front-end's.
-const Fix = "run 'onehost sync --force' as oneadmin on the front-end (and upgrade the front-end's rbdfence first if it is the older side)"
+// front-end's: the host step is the rbdfence package's where the host has
+// it, else the synced one.
+const Fix = "upgrade the rbdfence and rbdfence-host packages on the host where it has them, and run 'onehost sync --force' as oneadmin on the front-end (upgrade the front-end's rbdfence first if it is the older side)"
 
 // IncompatibleError refuses a message this side cannot serve.
 type IncompatibleError struct {
