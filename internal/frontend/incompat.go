@@ -44,9 +44,12 @@ echo "glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null)"
 echo "dpkg=$(dpkg-query -W -f='${db:Status-Abbrev} ${Version}' librados2 2>/dev/null)"
 echo "rpm=$(rpm -q --qf '%{VERSION}-%{RELEASE}' librados2 2>/dev/null)"
 echo "libso=$( { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -c 'librados\.so\.2 ')"
-echo "rbd=$(dpkg-query -W -f='${db:Status-Abbrev} ${Version}' librbd1 2>/dev/null)$(rpm -q --qf ' %{VERSION}-%{RELEASE}' librbd1 2>/dev/null)"
+echo "rbd=$(dpkg-query -W -f='${db:Status-Abbrev} ${Version}' librbd1 2>/dev/null)"
+echo "rbdrpm=$(rpm -q --qf '%{VERSION}-%{RELEASE}' librbd1 2>/dev/null)"
 echo "rbdso=$( { ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | grep -c 'librbd\.so\.1 ')"
-if [ -n "$p" ] && [ -x "$p" ]; then echo "ran=$p"; else echo "ran=$s"; fi
+if [ -n "$p" ] && [ -x "$p" ]; then b=$p; else b=$s; fi
+echo "ran=$b"
+if [ -f "$b" ] && [ -x "$b" ]; then echo runnable=yes; else echo runnable=no; fi
 `
 
 // hostHas is what probeScript found.
@@ -54,6 +57,7 @@ type hostHas struct {
 	os, arch, glibc, librados, librbd string
 	libso, rbdso                      bool // librados.so.2, librbd.so.1 in the loader's cache
 	ran                               string
+	absent                            bool // ran is no executable file there (onehost sync has not put it)
 }
 
 func parseProbe(out []byte) hostHas {
@@ -80,16 +84,20 @@ func parseProbe(out []byte) hostHas {
 			n, _ := strconv.Atoi(v)
 			h.libso = n > 0
 		case "rbd":
-			if f := strings.Fields(v); len(f) >= 2 && strings.HasPrefix(f[0], "ii") {
+			if f := strings.Fields(v); len(f) == 2 && strings.HasPrefix(f[0], "ii") {
 				h.librbd = f[1]
-			} else if len(f) == 1 && f[0][0] >= '0' && f[0][0] <= '9' {
-				h.librbd = f[0]
+			}
+		case "rbdrpm": // rpm prints "package librbd1 is not installed" on stdout
+			if h.librbd == "" && v != "" && v[0] >= '0' && v[0] <= '9' {
+				h.librbd = v
 			}
 		case "rbdso":
 			n, _ := strconv.Atoi(v)
 			h.rbdso = n > 0
 		case "ran":
 			h.ran = v
+		case "runnable":
+			h.absent = v == "no"
 		}
 	}
 	return h
@@ -223,6 +231,12 @@ func (e *Env) incompatible(ctx context.Context, vm int, host, why string) *Error
 		if rerr == nil && code == 0 {
 			has, probed = parseProbe(out.buf.Bytes()), true
 		}
+	}
+	if probed && has.absent {
+		// Not the platform: the binary is not there to start (127, the
+		// shell's "not found") or has lost its mode (126).
+		return errorf(outcome.Unavailable, vm, "%shost %s has no runnable rbdfence host binary %s (%s); fix: run 'onehost sync --force' as oneadmin on the front-end (it copies the host binary to %s), or install the rbdfence and rbdfence-host packages on %s",
+			vmPrefix(vm), host, has.ran, orDash(why), host, host)
 	}
 	msg := fmt.Sprintf("host %s cannot start rbdfence's host binary %s (%s)", host, has.ran, loaderReason(why))
 	pkg := o.HostPackageBinary != "" && has.ran == o.HostPackageBinary

@@ -1,6 +1,8 @@
 package frontend
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +10,9 @@ import (
 	"testing"
 
 	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/outcome"
+	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
 
 // The dynamic loader's and the shell's own words, as measured in a Debian
@@ -49,9 +54,15 @@ func TestParseProbe(t *testing.T) {
 	if got := h.String(); got != "Debian GNU/Linux 11 (bullseye), x86_64, glibc 2.31, librados2 14.2.21-1, no librbd.so.1" || h.ran != "/var/tmp/one/rbdfence/rbdfence-host" {
 		t.Fatalf("%q %+v", got, h)
 	}
-	h = parseProbe([]byte("os=Rocky Linux 8.9 (Green Obsidian)\narch=x86_64\nglibc=glibc 2.28\ndpkg=\nrpm=16.2.4-5.el8\nlibso=1\nrbd= 16.2.4-5.el8\nrbdso=1\n"))
+	h = parseProbe([]byte("os=Rocky Linux 8.9 (Green Obsidian)\narch=x86_64\nglibc=glibc 2.28\ndpkg=\nrpm=16.2.4-5.el8\nlibso=1\nrbd=\nrbdrpm=16.2.4-5.el8\nrbdso=1\n"))
 	if got := h.String(); got != "Rocky Linux 8.9 (Green Obsidian), x86_64, glibc 2.28, librados2 16.2.4-5.el8, librbd1 16.2.4-5.el8" {
 		t.Fatalf("%q", got)
+	}
+	// Debian with rpm installed (rpm's "not installed" is on stdout); the
+	// synced binary absent.
+	h = parseProbe([]byte("os=Debian GNU/Linux 12 (bookworm)\narch=x86_64\nglibc=glibc 2.36\ndpkg=ii  16.2.15+ds-0+deb12u2\nrpm=package librados2 is not installed\nlibso=1\nrbd=ii  16.2.15+ds-0+deb12u2\nrbdrpm=package librbd1 is not installed\nrbdso=1\nran=/var/tmp/one/rbdfence/rbdfence-host\nrunnable=no\n"))
+	if got := h.String(); got != "Debian GNU/Linux 12 (bookworm), x86_64, glibc 2.36, librados2 16.2.15+ds-0+deb12u2, librbd1 16.2.15+ds-0+deb12u2" || !h.absent {
+		t.Fatalf("%q %+v", got, h)
 	}
 	if got := parseProbe([]byte("os=\narch=aarch64\nglibc=\nlibso=0\n")).String(); got != "aarch64, no glibc, no librados.so.2, no librbd.so.1" {
 		t.Fatalf("%q", got)
@@ -109,5 +120,34 @@ func TestHostArgv(t *testing.T) {
 		if err != nil || strings.TrimSpace(string(out)) != tc.want {
 			t.Errorf("%s: %q %v, want %q", tc.name, out, err, tc.want)
 		}
+	}
+}
+
+// TestHostBinaryAbsent: a host where onehost sync has not put the host
+// binary (or put it without its mode) is no incompatible host: the shell's
+// "not found" (127) or "Permission denied" (126) is said as such, with
+// onehost sync as the fix, not a platform mismatch.
+func TestHostBinaryAbsent(t *testing.T) {
+	req := &hoststep.Request{Op: hoststep.OpCheck, VM: 42, Seq: 3, Host: "node1", Run: "r", Source: "frontend",
+		Disks: []vmdisk.Disk{{ID: "0", Pool: "one", Name: "one-7-42-0"}}}
+	for _, tc := range []struct {
+		name string
+		brk  func(bin string)
+	}{
+		{"missing", func(bin string) { os.Remove(bin) }},
+		{"not executable", func(bin string) { os.Chmod(bin, 0o644) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStub(t, "premigrate", false)
+			bin := s.env.Cfg.OpenNebula.HostBinary
+			tc.brk(bin)
+			_, err := s.env.hostStep(t.Context(), "node1", req, onHost)
+			var fe *Error
+			want := fmt.Sprintf("VM 42: host node1 has no runnable rbdfence host binary %s (", bin)
+			fix := "; fix: run 'onehost sync --force' as oneadmin on the front-end (it copies the host binary to node1), or install the rbdfence and rbdfence-host packages on node1"
+			if !errors.As(err, &fe) || fe.Kind != outcome.Unavailable || !strings.HasPrefix(err.Error(), want) || !strings.HasSuffix(err.Error(), fix) {
+				t.Fatalf("%v\nwant %q ... %q", err, want, fix)
+			}
+		})
 	}
 }
