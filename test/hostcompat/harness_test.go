@@ -125,7 +125,10 @@ func (r *rig) addHost(name, root string, chroot bool) host {
 				r.t.Fatal(err)
 			}
 		}
-		enter = fmt.Sprintf("#!/bin/sh\nexec /usr/bin/unshare -m --propagation private /bin/sh -c 'mount --bind \"$1\" /etc/libvirt && mount --bind \"$2\" /var/tmp && exec /bin/sh -c \"$SSH_ORIGINAL_COMMAND\"' enter %s %s\n",
+		// The machine's own rbdfence package binary, if it has one, is not
+		// this host's: hidden (not executable), so a host has the package
+		// only where a test puts it (host_package_binary).
+		enter = fmt.Sprintf("#!/bin/sh\nexec /usr/bin/unshare -m --propagation private /bin/sh -c 'mount --bind \"$1\" /etc/libvirt && mount --bind \"$2\" /var/tmp && { [ ! -e /usr/bin/rbdfence ] || mount --bind /dev/null /usr/bin/rbdfence; } && exec /bin/sh -c \"$SSH_ORIGINAL_COMMAND\"' enter %s %s\n",
 			filepath.Join(root, "etc/libvirt"), filepath.Join(root, "var/tmp"))
 	}
 	r.write(filepath.Join(d, "enter"), enter, 0o755)
@@ -209,9 +212,15 @@ func (r *rig) ssh(h host, cmd string) (string, int) {
 
 // frontendConfig writes the front-end's config: the drivers reach the
 // hosts with this rig's ssh; one is more of the opennebula block (lines
-// indented by two), extra is appended (YAML).
+// indented by two), extra is appended (YAML). Without a host_config in
+// one, the hosts' steps read one of this rig's (their state, audit log and
+// spool in the test's directory), never the machine's /etc/one/rbdfence.yaml.
 func (r *rig) frontendConfig(name, one, extra string) string {
 	r.t.Helper()
+	if !strings.Contains(one, "host_config:") {
+		one += "  host_config: " + r.write("host-default.yaml", fmt.Sprintf("audit_log: %s\nspool_dir: %s\nstate_dir: %s\n",
+			r.path("host-audit.log"), r.path("host-spool"), r.path("host-state")), 0o644) + "\n"
+	}
 	return r.write(name, fmt.Sprintf(`opennebula:
 %s  endpoint: %s
   auth_file: %s
