@@ -18,6 +18,8 @@ PKGS=(
 	jq
 	# package tests: rpm, rpm2archive, rpm2cpio
 	rpm
+	# a Debian 11 userland for the host platform tests (test/hostcompat)
+	debootstrap
 )
 
 missing() {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"sort"
 
@@ -109,7 +110,8 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	o := doctor.Options{Root: *root, ConfigPath: config.Path(c.configPath)}
+	exe, _ := os.Executable()
+	o := doctor.Options{Root: *root, ConfigPath: config.Path(c.configPath), Installer: doctor.Installer(*root, exe), Version: version}
 	switch *role {
 	case "auto":
 		o.Frontend, o.Host = doctor.Roles(*root)

@@ -14,8 +14,10 @@ import (
 	"github.com/rbdfence/rbdfence/internal/config"
 
 	"github.com/rbdfence/rbdfence/internal/collision"
+	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/fencer"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/hostversions"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
@@ -35,6 +37,7 @@ func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	c.register(fs)
 	framed := fs.Bool("framed", false, "framed request and response (one ssh session with the remote action)")
 	detached := fs.Bool("detached", false, "nobody reads the response: log a failure to the audit log and syslog")
+	minFormat := fs.Int(hoststep.ClaimFormatFlag, 0, "the claim format the front-end needs: a start is refused before anything is fenced when this host step or the hook beside it reads an older one")
 	defer func() {
 		// Framed, every failure is in the response; a line on stderr would
 		// come after the frame, among the remote action's output.
@@ -75,14 +78,39 @@ func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return outcome.Errorf(outcome.Usage, "%w", err)
 	}
 	cfg, err := c.load()
+	if req.Op == hoststep.OpVersions {
+		// What runs here, also when the config is broken (doctor asks).
+		resp := &hoststep.Response{OK: true, Op: req.Op, Versions: hostVersions(ctx, cfg, true)}
+		if err != nil {
+			resp.Error = err.Error()
+		}
+		return write(resp)
+	}
 	if err != nil {
-		_ = write(&hoststep.Response{Op: req.Op, Kind: outcome.Usage, Error: err.Error()})
+		_ = write(&hoststep.Response{Op: req.Op, Kind: outcome.Usage, Error: err.Error(), Versions: hostVersions(ctx, nil, false)})
 		return err
 	}
 	start := time.Now()
 	ctx, cancel := bounded(ctx, cfg)
 	defer cancel()
+	versions := hostVersions(ctx, cfg, false)
+	if req.Op == hoststep.OpStart && !req.Local {
+		// Before anything is fenced: a hook (or this step) that reads an
+		// older claim format than the front-end needs would misread the
+		// claim this start writes. With opennebula.remote: local the hook
+		// beside this step is not the start host's: the front-end asks
+		// that host itself.
+		if err := hoststep.CheckVersions(req.Host, versions, max(*minFormat, engine.ClaimFormat), true); err != nil {
+			resp := &hoststep.Response{Op: req.Op, Kind: outcome.Of(err), Error: err.Error(), Versions: versions}
+			if *detached {
+				logDetached(cfg, req, resp)
+			}
+			_ = write(resp)
+			return &hostStepError{resp}
+		}
+	}
 	resp := fencer.Do(ctx, cfg, req)
+	resp.Versions = versions
 	recordMetrics(cfg, nil, "host_"+req.Op, start, resp.Report, resp.Kind)
 	// The step spooled its events durably; deliver them (and older ones)
 	// when this host can reach oned. The front-end also publishes its copy:
@@ -98,6 +126,25 @@ func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return &hostStepError{resp}
 	}
 	return nil
+}
+
+// hostRoot is the root under which the host step looks for the hook (tests).
+var hostRoot = "/"
+
+// hostVersions is what runs on this host: this binary and the hook beside
+// it (its answer cached in the state directory), with the packages and
+// the platform when full.
+func hostVersions(ctx context.Context, cfg *config.Config, full bool) *hoststep.Versions {
+	cache := ""
+	if cfg != nil {
+		cache = cfg.StateDir
+	}
+	v := &hoststep.Versions{Step: hostversions.Self(version), Hook: hostversions.Hook(ctx, hostRoot, cache)}
+	if full {
+		v.Packages = hostversions.Packages(ctx)
+		v.Platform = hostversions.Platform(ctx, hostRoot)
+	}
+	return v
 }
 
 // reportedError is an error the response already reported: the exit

@@ -29,6 +29,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/ceph"
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/hook"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
@@ -44,13 +45,16 @@ func run(args []string, stdin io.Reader, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	configPath := fs.String("config", "", "config file (default $RBDFENCE_CONFIG or "+config.DefaultPath+")")
 	domains := fs.String("domains", "", "act only on domains whose name matches this regular expression")
-	showVersion := fs.Bool("version", false, "print the version")
+	showVersion := fs.Bool("version", false, "print the version and the claim format (hoststep.HookVersionLine)")
 	if err := fs.Parse(args); err != nil {
 		hook.Drain(stdin, hook.ReadTimeout)
 		return exitCode(outcome.Errorf(outcome.Usage, "usage: %v", err), stderr)
 	}
 	if *showVersion {
-		fmt.Fprintln(stderr, "rbdfence-hook", version)
+		// The host step reads this line to know which claim format the
+		// hook beside it reads (a start is refused on a host whose hook
+		// is older than the front-end's).
+		fmt.Fprintln(stderr, hoststep.HookVersionLine(version))
 		return outcome.OK.Code()
 	}
 	inv, err := hook.ParseArgs(fs.Args())

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hook"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
@@ -32,5 +34,19 @@ func TestBadArguments(t *testing.T) {
 	var stderr bytes.Buffer
 	if got := run([]string{"one-42", "prepare"}, strings.NewReader(""), &stderr); got != outcome.Usage.Code() || !strings.HasPrefix(stderr.String(), "rbdfence: usage: ") {
 		t.Fatalf("exit %d, stderr %q", got, stderr.String())
+	}
+}
+
+// TestVersion: --version names the build and the claim format, in the
+// line the host step parses (it reports both to the front-end, which
+// refuses a start beside a hook older than its claim format).
+func TestVersion(t *testing.T) {
+	var stderr bytes.Buffer
+	if got := run([]string{"--version"}, strings.NewReader(""), &stderr); got != 0 {
+		t.Fatalf("exit %d, stderr %q", got, stderr.String())
+	}
+	v, f, err := hoststep.ParseHookVersion(stderr.String())
+	if err != nil || v != version || f != engine.ClaimFormat {
+		t.Fatalf("%q: version %q claim format %d (%v), want %q %d", stderr.String(), v, f, err, version, engine.ClaimFormat)
 	}
 }

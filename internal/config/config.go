@@ -104,6 +104,10 @@ type OpenNebula struct {
 	Remote string `yaml:"remote"`
 	// HostBinary is the host-side binary path on hosts (shipped by onehost sync).
 	HostBinary string `yaml:"host_binary"`
+	// HostPackageBinary is the host step of the rbdfence package on a host,
+	// built for that host's distribution: run instead of HostBinary when it
+	// is executable there. "" runs HostBinary always.
+	HostPackageBinary string `yaml:"host_package_binary"`
 	// HostConfig is the config path passed to the host-side binary.
 	HostConfig string `yaml:"host_config"`
 	// SSH is the ssh command (and options, split on blanks) used to reach hosts.
@@ -169,7 +173,7 @@ func Default() *Config {
 		},
 		OpenNebula: OpenNebula{
 			Endpoint: "http://localhost:2633/RPC2", AuthFile: "/var/lib/one/.one/one_auth",
-			Remote: "ssh", HostBinary: "/var/tmp/one/rbdfence/rbdfence-host", HostConfig: "/etc/one/rbdfence.yaml", SSH: "ssh",
+			Remote: "ssh", HostBinary: "/var/tmp/one/rbdfence/rbdfence-host", HostPackageBinary: "/usr/bin/rbdfence", HostConfig: "/etc/one/rbdfence.yaml", SSH: "ssh",
 			RemoteDir: "/var/tmp/one", DatastoreLocation: "/var/lib/one/datastores",
 			LocalBinary: "/var/lib/one/remotes/rbdfence/rbdfence-host",
 		},
@@ -319,6 +323,11 @@ func (c *Config) Validate() error {
 		{"opennebula.local_binary", c.OpenNebula.LocalBinary},
 	} {
 		if err := absPath(kv.k, kv.v); err != nil {
+			return err
+		}
+	}
+	if p := c.OpenNebula.HostPackageBinary; p != "" {
+		if err := absPath("opennebula.host_package_binary", p); err != nil {
 			return err
 		}
 	}

@@ -44,6 +44,8 @@ func TestParse(t *testing.T) {
 		{name: "relative datastore_location", yaml: "opennebula:\n  datastore_location: ds\n", err: "opennebula.datastore_location"},
 		{name: "relative local_binary", yaml: "opennebula:\n  local_binary: rbdfence\n", err: "opennebula.local_binary"},
 		{name: "relative host_binary", yaml: "opennebula:\n  host_binary: rbdfence-host\n", err: "opennebula.host_binary"},
+		{name: "relative host_package_binary", yaml: "opennebula:\n  host_package_binary: rbdfence\n", err: "opennebula.host_package_binary"},
+		{name: "no host_package_binary", yaml: "opennebula:\n  host_package_binary: \"\"\n", check: func(c *Config) bool { return c.OpenNebula.HostPackageBinary == "" }},
 		{name: "control char in path", yaml: "opennebula:\n  remote_dir: \"/var/tmp/one\\n\"\n", err: "opennebula.remote_dir: control characters"},
 		{name: "empty ssh", yaml: "opennebula:\n  ssh: \" \"\n", err: "opennebula.ssh"},
 		{name: "zero action timeout", yaml: "timeouts:\n  action: 0s\n", err: "timeouts.action"},

@@ -9,12 +9,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/frontend"
+	"github.com/rbdfence/rbdfence/internal/hostversions"
 	"github.com/rbdfence/rbdfence/internal/opennebula"
 )
 
@@ -50,6 +50,11 @@ type Options struct {
 	// HostFences lists the hosts with live fence-host entries (nil: not
 	// shown). Shown with the front-end checks: it is informational.
 	HostFences func(ctx context.Context) ([]HostFence, error)
+	// Installer is the install.sh the fixes name (Installer); "": the
+	// package's when installed.
+	Installer string
+	// Version is this binary's build (the host step's, on a host).
+	Version string
 }
 
 // HostFence is a host that fence-host fenced and whose entries are still
@@ -77,15 +82,19 @@ func Run(ctx context.Context, o Options) []Result {
 		}
 		out = append(out, r)
 	}
+	fx := newFixes(o)
 	if o.ConfigErr != nil {
-		add("config", o.ConfigErr, "", "correct the key named in the message (docs/CONFIGURATION.md)")
+		add("config", o.ConfigErr, "", fx.config())
 		return out
 	}
 	add("config", nil, configDetail(o.ConfigPath, o.Config), "")
 	cfg := o.Config
-	if o.Connect != nil {
+	need, why := needsCeph(o)
+	if !need {
+		out = append(out, Result{Check: "ceph", OK: true, Detail: why})
+	} else if o.Connect != nil {
 		c, err := o.Connect(ctx, cfg)
-		add("ceph", err, "", "check ceph.mon_host (or the disks' CEPH_HOST), ceph.user and ceph.keyring; the monitors must be reachable from here")
+		add("ceph", err, "", fx.cephConnect())
 		if err == nil {
 			defer c.Close()
 			out[len(out)-1].Detail = "connected to " + c.Describe()
@@ -93,26 +102,45 @@ func Run(ctx context.Context, o Options) []Result {
 			if pool == "" {
 				pool = "one"
 			}
-			add("ceph-read", c.ReadProbe(ctx, pool), "may read lockers, watchers and claims in pool "+pool,
-				fmt.Sprintf("grant osd 'profile rbd pool=%s' to client.%s", pool, cfg.Ceph.User))
-			add("ceph-blocklist", c.CanBlocklist(ctx), "may add exact blocklist entries (verified without adding one)",
-				fmt.Sprintf("grant mon 'profile rbd' to client.%s", cfg.Ceph.User))
+			add("ceph-read", c.ReadProbe(ctx, pool), "may read lockers, watchers and claims in pool "+pool, fx.cephCaps(cfg, pool))
+			add("ceph-blocklist", c.CanBlocklist(ctx), "may add exact blocklist entries (verified without adding one)", fx.cephCaps(cfg, pool))
 		}
 	}
 	if o.Host {
-		out = append(out, checkHook(o.Root))
+		out = append(out, checkHook(o.Root, fx))
 		out = append(out, checkHostSpool(cfg, o.Frontend))
+		out = append(out, checkHostVersions(ctx, o.Root, cfg))
 	}
 	if o.Frontend {
-		out = append(out, checkWrappers(o.Root)...)
-		out = append(out, checkVMMAD(o.Root))
+		out = append(out, checkWrappers(o.Root, fx)...)
+		out = append(out, checkVMMAD(o.Root, fx))
 		out = append(out, checkOned(ctx, cfg))
 		out = append(out, checkHostAddrs(ctx, o.Root, cfg))
 		if o.HostFences != nil {
 			out = append(out, checkHostFences(ctx, o.HostFences))
 		}
+		out = append(out, checkHosts(ctx, o.Root, cfg, o.Version)...)
 	}
 	return out
+}
+
+// needsCeph says whether this machine's roles need Ceph access here, and,
+// when they do not, why. A host does (its host step and hook fence from
+// it); a front-end only with opennebula.remote: local, or when Ceph access
+// is configured here for fence-host, OpenNebula's HA fence (README: Host
+// failure): the drivers' Ceph work runs on the hosts.
+func needsCeph(o Options) (bool, string) {
+	cfg := o.Config
+	switch {
+	case o.Host:
+		return true, ""
+	case cfg.OpenNebula.Remote == "local":
+		return true, ""
+	case cfg.Ceph.MonHost != "" || exists(filepath.Join(o.Root, cfg.Ceph.Keyring)):
+		return true, "" // configured for fence-host: it must work
+	}
+	return false, fmt.Sprintf("not needed on this front-end: opennebula.remote is ssh (the hosts do the Ceph work) and no Ceph access is configured here "+
+		"(no ceph.mon_host, no %s); only fence-host, the HA fence, would need it (docs/HOST-FAILURE.md)", cfg.Ceph.Keyring)
 }
 
 // configDetail says whether the config file exists and, when it does not,
@@ -166,64 +194,29 @@ func checkHostFences(ctx context.Context, list func(ctx context.Context) ([]Host
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-func executable(path string) error {
-	st, err := os.Stat(path)
-	if err != nil {
-		return fmt.Errorf("%s is missing", path)
-	}
-	if st.IsDir() || st.Mode().Perm()&0o111 == 0 {
-		return fmt.Errorf("%s is not executable", path)
-	}
-	return nil
-}
-
 // checkHook: the qemu.d wrapper (libvirt >= 6.5) or the legacy chain, and the
-// binary it runs.
-func checkHook(root string) Result {
+// binary it runs (hostversions.FindHook).
+func checkHook(root string, fx fixes) Result {
 	r := Result{Check: "libvirt-hook"}
-	fix := "run 'install.sh host' on this host (then restart libvirtd once if no qemu hook existed when it started)"
-	wrapper := filepath.Join(root, "etc/libvirt/hooks/qemu.d/10-rbdfence")
-	legacy := filepath.Join(root, "etc/libvirt/hooks/qemu")
-	path := wrapper
-	if err := executable(wrapper); err != nil {
-		if b, lerr := os.ReadFile(legacy); lerr == nil && strings.Contains(string(b), "rbdfence") {
-			path = legacy
-		} else {
-			r.Detail, r.Fix = err.Error(), fix
-			return r
-		}
-	}
-	if err := executable(path); err != nil {
-		r.Detail, r.Fix = err.Error(), fix
+	entry, bin, _, err := hostversions.FindHook(root)
+	if err != nil {
+		r.Detail, r.Fix = err.Error(), fx.hook()
 		return r
 	}
-	b, _ := os.ReadFile(path)
-	bin := regexp.MustCompile(`(/[^\s'"]*rbdfence-hook)`).FindString(string(b))
-	if bin == "" {
-		r.Detail, r.Fix = path+" does not run rbdfence-hook", fix
-		return r
-	}
-	if !strings.HasPrefix(bin, filepath.Clean(root)+"/") {
-		bin = filepath.Join(root, bin) // installed with a --prefix: the path is already absolute
-	}
-	if err := executable(bin); err != nil {
-		r.Detail, r.Fix = err.Error(), fix
-		return r
-	}
-	r.OK, r.Detail = true, path+" runs "+bin
+	r.OK, r.Detail = true, entry+" runs "+bin
 	return r
 }
 
 // checkWrappers: the VMM local actions and the host-side binary in
 // remotes, and no tm/ceph wrapper of an earlier rbdfence left in
 // OpenNebula's place (migration is a VMM local action now).
-func checkWrappers(root string) []Result {
+func checkWrappers(root string, fx fixes) []Result {
 	remotes := filepath.Join(root, "var/lib/one/remotes")
-	fix := "run 'install.sh frontend' on the front-end, then 'onehost sync --force'"
+	fix := fx.wrappers()
 	var out []Result
 	check := func(name string, paths ...string) {
 		for _, p := range paths {
-			if err := executable(p); err != nil {
+			if err := hostversions.Executable(p); err != nil {
 				out = append(out, Result{Check: name, Detail: err.Error(), Fix: fix})
 				return
 			}
@@ -241,16 +234,16 @@ func checkWrappers(root string) []Result {
 	}
 	r := Result{Check: "tm-ceph", OK: true, Detail: "OpenNebula's tm/ceph migrate scripts are its own"}
 	if len(left) > 0 {
-		r = Result{Check: "tm-ceph", Detail: "an earlier rbdfence still wraps " + strings.Join(left, ", "), Fix: "run 'install.sh frontend': it puts OpenNebula's scripts back"}
+		r = Result{Check: "tm-ceph", Detail: "an earlier rbdfence still wraps " + strings.Join(left, ", "), Fix: fx.tmCeph()}
 	}
 	return append(out, r)
 }
 
 // checkVMMAD: every VM_MAD that runs the kvm driver (any NAME) runs our
 // local actions, as the driver reads its ARGUMENTS (the last -l wins).
-func checkVMMAD(root string) Result {
-	r := Result{Check: "vm-mad", Fix: "run 'install.sh frontend --apply' (or add '-l deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence' to the last -l of each such VM_MAD) and restart oned"}
+func checkVMMAD(root string, fx fixes) Result {
 	path := filepath.Join(root, "etc/one/oned.conf")
+	r := Result{Check: "vm-mad", Fix: fx.vmMAD(path)}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		r.Detail = fmt.Sprintf("cannot read %s: %v", path, errors.Unwrap(err))
@@ -270,9 +263,9 @@ func checkVMMAD(root string) Result {
 			paths = append(paths, filepath.Join(vmm, w))
 		}
 		for _, p := range paths {
-			if err := executable(p); err != nil {
+			if err := hostversions.Executable(p); err != nil {
 				r.Detail = fmt.Sprintf("%s names the local migrate action %s: %v", path, s, err)
-				r.Fix = "run 'install.sh frontend' (it installs <script>-rbdfence for a wrapped local migrate script), or restore the script"
+				r.Fix = fx.migrateScript()
 				return r
 			}
 		}

@@ -35,7 +35,7 @@ func TestCheckVMMAD(t *testing.T) {
 			os.WriteFile(filepath.Join(root, "etc/one/oned.conf"), []byte(tc.conf), 0o644)
 			os.MkdirAll(filepath.Join(root, "var/lib/one/remotes/vmm/kvm"), 0o755)
 			os.WriteFile(filepath.Join(root, "var/lib/one/remotes/vmm/kvm/migrate-rbdfence"), []byte("x"), 0o755)
-			r := checkVMMAD(root)
+			r := checkVMMAD(root, fixes{})
 			if r.OK != tc.ok || (!r.OK && r.Fix == "") || !strings.Contains(r.Detail, tc.want) {
 				t.Fatalf("%+v", r)
 			}
@@ -47,18 +47,18 @@ func TestCheckVMMAD(t *testing.T) {
 	os.MkdirAll(vmm, 0o755)
 	os.MkdirAll(filepath.Join(root, "etc/one"), 0o755)
 	os.WriteFile(filepath.Join(root, "etc/one/oned.conf"), []byte(mad("kvm", "kvm -l deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate_local-rbdfence,attach_disk=attach-rbdfence")), 0o644)
-	if r := checkVMMAD(root); r.OK || !strings.Contains(r.Detail, "migrate_local-rbdfence") {
+	if r := checkVMMAD(root, fixes{}); r.OK || !strings.Contains(r.Detail, "migrate_local-rbdfence") {
 		t.Fatalf("missing wrapper: %+v", r)
 	}
 	os.WriteFile(filepath.Join(vmm, "migrate_local-rbdfence"), []byte("x"), 0o755)
-	if r := checkVMMAD(root); r.OK || !strings.Contains(r.Detail, "vmm/kvm/migrate_local") {
+	if r := checkVMMAD(root, fixes{}); r.OK || !strings.Contains(r.Detail, "vmm/kvm/migrate_local") {
 		t.Fatalf("missing wrapped script: %+v", r)
 	}
 	os.WriteFile(filepath.Join(vmm, "migrate_local"), []byte("x"), 0o755)
-	if r := checkVMMAD(root); !r.OK {
+	if r := checkVMMAD(root, fixes{}); !r.OK {
 		t.Fatalf("wrapper and script installed: %+v", r)
 	}
-	if r := checkVMMAD(t.TempDir()); r.OK || !strings.Contains(r.Detail, "cannot read") {
+	if r := checkVMMAD(t.TempDir(), fixes{}); r.OK || !strings.Contains(r.Detail, "cannot read") {
 		t.Fatalf("missing oned.conf: %+v", r)
 	}
 }
@@ -74,7 +74,7 @@ func TestCheckWrappersTMLeftovers(t *testing.T) {
 	}
 	byName := func() map[string]Result {
 		m := map[string]Result{}
-		for _, r := range checkWrappers(root) {
+		for _, r := range checkWrappers(root, fixes{}) {
 			m[r.Check] = r
 		}
 		return m
@@ -99,17 +99,17 @@ func TestCheckHook(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "etc/libvirt/hooks/qemu.d")
 	os.MkdirAll(dir, 0o755)
-	if r := checkHook(root); r.OK || !strings.Contains(r.Fix, "install.sh host") {
+	if r := checkHook(root, fixes{}); r.OK || !strings.Contains(r.Fix, "install.sh host") {
 		t.Fatalf("missing hook: %+v", r)
 	}
 	bin := filepath.Join(root, "usr/local/libexec/rbdfence/rbdfence-hook")
 	os.MkdirAll(filepath.Dir(bin), 0o755)
 	os.WriteFile(filepath.Join(dir, "10-rbdfence"), []byte("#!/bin/sh\nexec "+bin+" --config /etc/one/rbdfence.yaml -- \"$@\"\n"), 0o755)
-	if r := checkHook(root); r.OK || !strings.Contains(r.Detail, "missing") {
+	if r := checkHook(root, fixes{}); r.OK || !strings.Contains(r.Detail, "missing") {
 		t.Fatalf("wrapper without binary: %+v", r)
 	}
 	os.WriteFile(bin, []byte("x"), 0o755)
-	if r := checkHook(root); !r.OK {
+	if r := checkHook(root, fixes{}); !r.OK {
 		t.Fatalf("installed: %+v", r)
 	}
 }
@@ -198,5 +198,79 @@ func TestCheckHostSpool(t *testing.T) {
 				t.Fatalf("the front-end's own credentials flagged: %+v", r)
 			}
 		})
+	}
+}
+
+// TestFixes: each failing check's fix is the installer's own step with its
+// full path (the package's, or the one beside this binary), the VM_MAD
+// change complete (attach_disk included), the caps as client.admin grants
+// them.
+func TestFixes(t *testing.T) {
+	cfg := config.Default()
+	pkg := fixes{installer: PackagedInstaller, configPath: "/etc/one/rbdfence.yaml"}
+	src := fixes{installer: "/srv/rbdfence/install.sh", configPath: "/etc/one/rbdfence.yaml"}
+	for _, tc := range []struct{ got, want string }{
+		{pkg.vmMAD("/etc/one/oned.conf"), "run '/usr/lib/rbdfence/install.sh frontend --apply' (or add '-l deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence,attach_disk=attach-rbdfence' to the last -l of the ARGUMENTS of each such VM_MAD in /etc/one/oned.conf), then 'systemctl restart opennebula'"},
+		{src.vmMAD("/etc/one/oned.conf"), "run '/srv/rbdfence/install.sh frontend --apply' (or add '-l deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence,attach_disk=attach-rbdfence' to the last -l of the ARGUMENTS of each such VM_MAD in /etc/one/oned.conf), then 'systemctl restart opennebula'"},
+		{pkg.hook(), "run '/usr/lib/rbdfence/install.sh host --hook-bin /usr/lib/rbdfence/bin/rbdfence-hook' on this host (it installs /etc/libvirt/hooks/qemu.d/10-rbdfence), then 'systemctl restart libvirtd' once if libvirtd started before any qemu hook existed"},
+		{src.hook(), "run '/srv/rbdfence/install.sh host' on this host (it installs /etc/libvirt/hooks/qemu.d/10-rbdfence), then 'systemctl restart libvirtd' once if libvirtd started before any qemu hook existed"},
+		{pkg.wrappers(), "run '/usr/lib/rbdfence/install.sh frontend', then 'onehost sync --force' as oneadmin"},
+		{pkg.tmCeph(), "run '/usr/lib/rbdfence/install.sh frontend': it puts OpenNebula's scripts back"},
+		{pkg.cephCaps(cfg, "one"), `as client.admin run 'ceph auth caps client.libvirt mon "profile rbd" osd "profile rbd pool=one"'`},
+		{pkg.config(), "correct the key named in the message in /etc/one/rbdfence.yaml (docs/CONFIGURATION.md)"},
+		{fixes{}.wrappers(), "run './install.sh frontend' from the rbdfence source tree after 'make build', then 'onehost sync --force' as oneadmin"},
+		{fixes{installer: PackagedInstaller, prefix: " --prefix /srv/root"}.wrappers(), "run '/usr/lib/rbdfence/install.sh frontend --prefix /srv/root', then 'onehost sync --force' as oneadmin"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got  %s\nwant %s", tc.got, tc.want)
+		}
+	}
+	// The installer beside the binary (bin/../install.sh), else the package's.
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "src/bin"), 0o755)
+	os.WriteFile(filepath.Join(root, "src/install.sh"), []byte("#!/bin/sh\n"), 0o755)
+	if got := Installer(root, filepath.Join(root, "src/bin/rbdfence")); got != filepath.Join(root, "src/install.sh") {
+		t.Errorf("beside the binary: %q", got)
+	}
+	if got := Installer(root, "/nonexistent/bin/rbdfence"); got != "" {
+		t.Errorf("none: %q", got)
+	}
+	os.MkdirAll(filepath.Join(root, "usr/lib/rbdfence"), 0o755)
+	os.WriteFile(filepath.Join(root, PackagedInstaller), []byte("#!/bin/sh\n"), 0o755)
+	if got := Installer(root, "/nonexistent/bin/rbdfence"); got != PackagedInstaller {
+		t.Errorf("packaged: %q", got)
+	}
+}
+
+// TestNeedsCeph: each role runs the Ceph checks only where it does Ceph
+// work: a host always; a front-end with remote: local or with Ceph access
+// configured (fence-host); a plain front-end (remote: ssh) never.
+func TestNeedsCeph(t *testing.T) {
+	root := t.TempDir()
+	for _, tc := range []struct {
+		name           string
+		host, frontend bool
+		edit           func(c *config.Config)
+		want           bool
+	}{
+		{"host", true, false, nil, true},
+		{"front-end, remote ssh", false, true, nil, false},
+		{"all-in-one", true, true, nil, true},
+		{"front-end, remote local", false, true, func(c *config.Config) { c.OpenNebula.Remote = "local" }, true},
+		{"front-end with mon_host for fence-host", false, true, func(c *config.Config) { c.Ceph.MonHost = "10.0.0.1:6789" }, true},
+		{"front-end with a keyring", false, true, func(c *config.Config) {
+			c.Ceph.Keyring = "/etc/ceph/k"
+			os.MkdirAll(filepath.Join(root, "etc/ceph"), 0o755)
+			os.WriteFile(filepath.Join(root, "etc/ceph/k"), []byte("x"), 0o600)
+		}, true},
+	} {
+		cfg := config.Default()
+		if tc.edit != nil {
+			tc.edit(cfg)
+		}
+		got, why := needsCeph(Options{Root: root, Config: cfg, Host: tc.host, Frontend: tc.frontend})
+		if got != tc.want || (!got && !strings.Contains(why, "not needed on this front-end")) {
+			t.Errorf("%s: %v %q", tc.name, got, why)
+		}
 	}
 }

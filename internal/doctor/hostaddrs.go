@@ -3,14 +3,10 @@ package doctor
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/rbdfence/rbdfence/internal/config"
-	"github.com/rbdfence/rbdfence/internal/frontend"
 	"github.com/rbdfence/rbdfence/internal/hostaddrs"
 	"github.com/rbdfence/rbdfence/internal/opennebula"
 )
@@ -27,22 +23,11 @@ const hostAddrsParallel = 16
 // attribute would refuse the fence outright.
 func checkHostAddrs(ctx context.Context, root string, cfg *config.Config) Result {
 	r := Result{Check: "host-fence-addresses"}
-	c, err := opennebula.New(cfg.OpenNebula.Endpoint, cfg.OpenNebula.AuthFile, time.Duration(cfg.Timeouts.Oned))
-	var pool []opennebula.PoolHost
-	if err == nil {
-		pool, err = c.Hosts(ctx)
-	}
+	pool, names, err := kvmHosts(ctx, root, cfg)
 	if err != nil {
 		r.Detail, r.Fix = "cannot list the hosts: "+oneLine(err.Error()), "see the oned check"
 		return r
 	}
-	mads := frontend.DefaultKVMMads
-	if b, err := os.ReadFile(filepath.Join(root, "etc/one/oned.conf")); err == nil {
-		if m := frontend.KVMMads(b); len(m) > 0 {
-			mads = m
-		}
-	}
-	names, _ := frontend.KVMHosts(pool, mads, nil)
 	byName := map[string]*opennebula.HostInfo{}
 	for i := range pool {
 		byName[pool[i].Name] = &pool[i].HostInfo

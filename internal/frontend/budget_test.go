@@ -20,7 +20,7 @@ func TestHostStepBudget(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "rbdfence-host")
 	// Reads the request, takes 2.5 s (a slow fence), answers OK.
-	script := "#!/bin/sh\ncat >/dev/null\nsleep \"$SLOW\"\necho '{\"ok\":true,\"op\":\"start\"}'\n"
+	script := "#!/bin/sh\ncat >/dev/null\nsleep \"$SLOW\"\necho '{\"ok\":true,\"op\":\"check\"}'\n"
 	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,9 @@ func TestHostStepBudget(t *testing.T) {
 	cfg.Timeouts.SSH = config.Duration(1 * time.Second)
 	cfg.Timeouts.Total = config.Duration(4 * time.Second)
 	e := &Env{Cfg: cfg, Log: NewLog(nil, -1)}
-	req := &hoststep.Request{Op: hoststep.OpStart, VM: 7, Seq: 1, Host: "node1", Run: "r", Source: "frontend"}
+	// A check (a start with remote: local first asks the host what runs
+	// there over ssh, which this test has not).
+	req := &hoststep.Request{Op: hoststep.OpCheck, VM: 7, Seq: 1, Host: "node1", Run: "r", Source: "frontend"}
 
 	t.Setenv("SLOW", "2.5")
 	ctx, cancel := e.stepContext(context.Background())

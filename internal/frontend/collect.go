@@ -257,11 +257,11 @@ func (e *Env) spoolStep(ctx context.Context, host, op string, stdin []byte, budg
 }
 
 // spoolCommand is "rbdfence-host spool <op>" with the host config, as
-// hostCommand.
+// hostCommand (the same host binary: hostArgv).
 func (e *Env) spoolCommand(op string) []string {
-	argv := []string{e.Cfg.OpenNebula.HostBinary, "spool", op}
+	args := []string{"spool", op}
 	if c := e.Cfg.OpenNebula.HostConfig; c != config.DefaultPath {
-		argv = append(argv, "--config", c)
+		args = append(args, "--config", c)
 	}
-	return argv
+	return e.hostArgv(args...)
 }

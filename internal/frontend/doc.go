@@ -15,7 +15,12 @@
 // failmigrate) always run on their host over ssh.
 //
 // Host steps run as "<opennebula.ssh> -o BatchMode=yes -o ConnectTimeout=N
-// <host> '<host_binary>' 'host' ['--config' '<host_config>']": every word
+// <host> 'sh' '-c' '<choose>' 'rbdfence-host' '<host_package_binary>'
+// '<host_binary>' 'host' ['--config' '<host_config>']" (the package's
+// binary, built for the host's distribution, where it is executable there,
+// else the synced one; with no host_package_binary just '<host_binary>'
+// 'host' ...; a host that cannot start the binary is diagnosed in one line,
+// incompat.go): every word
 // single-quoted for the remote shell, host names checked (no option can be
 // smuggled in), bounded by timeouts.ssh, the whole process group killed on
 // timeout. --config is left out for the default /etc/one/rbdfence.yaml,

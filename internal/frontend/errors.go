@@ -13,6 +13,9 @@ type Error struct {
 	Kind outcome.Kind
 	VM   int // -1 when unknown
 	Msg  string
+	// Final: fence.fail_open never passes it, whatever its kind (a host
+	// whose hook would misread the claim: hoststep.SkewError).
+	Final bool
 }
 
 func (e *Error) Error() string { return e.Msg }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
@@ -249,7 +250,8 @@ func TestHostCommand(t *testing.T) {
 	} {
 		cfg := config.Default()
 		cfg.OpenNebula.HostConfig = tc.cfgPath
-		if got := strings.Join((&Env{Cfg: cfg}).hostCommand(), "|"); got != tc.want {
+		cfg.OpenNebula.HostPackageBinary = ""
+		if got := strings.Join((&Env{Cfg: cfg}).hostCommand(hoststep.OpCheck), "|"); got != tc.want {
 			t.Errorf("host_config %s: %s, want %s", tc.cfgPath, got, tc.want)
 		}
 	}

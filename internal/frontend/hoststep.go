@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 )
@@ -32,10 +34,32 @@ func (e *Env) local(pl placement) bool {
 // rbdfence still speaks version 1 (it missed `onehost sync --force`)
 // rejects the version field: the step is asked again in version 1, which
 // that host serves (hoststep package documentation).
+//
+// A start, or a live migration's premigrate, is refused (*SkewError, exit
+// 3, never passed by fence.fail_open) where the host that runs the VM
+// then has a hook or host step older than this front-end's claim format:
+// the start host's own answer says (the host step refuses before it
+// fences), or, where that step does not run on the host (remote: local)
+// and for the destination of a migration, a "versions" step asked first.
 func (e *Env) hostStep(ctx context.Context, host string, req *hoststep.Request, pl placement) (*hoststep.Response, error) {
+	switch {
+	case req.Op == hoststep.OpStart && e.local(pl):
+		if err := e.requireVersions(ctx, req.VM, req.Host, "start"); err != nil {
+			return nil, err
+		}
+	case req.Op == hoststep.OpPremigrate && req.Dst != "":
+		if err := e.requireVersions(ctx, req.VM, req.Dst, "migration"); err != nil {
+			return nil, err
+		}
+	}
 	v := *req
 	v.Version = hoststep.Version
 	resp, err := e.hostStepOnce(ctx, host, &v, pl)
+	if err == nil && req.Op == hoststep.OpStart && !e.local(pl) {
+		if serr := startVersions(host, resp); serr != nil {
+			return nil, skewError(req.VM, "start", serr)
+		}
+	}
 	if err == nil && resp.V1Rejected() {
 		e.Log.Info("host %s runs rbdfence host step protocol version 1, this front-end version %d: asking again in version 1; to upgrade the host, %s",
 			host, hoststep.Version, hoststep.Fix)
@@ -67,7 +91,7 @@ func (e *Env) hostStepOnce(ctx context.Context, host string, req *hoststep.Reque
 		req = &local
 	} else {
 		var err error
-		argv, err = e.sshArgv(host, e.hostCommand())
+		argv, err = e.sshArgv(host, e.hostCommand(req.Op))
 		if err != nil {
 			return nil, errorf(outcome.Usage, req.VM, "VM %d: %v", req.VM, err)
 		}
@@ -91,13 +115,71 @@ func (e *Env) hostStepOnce(ctx context.Context, host string, req *hoststep.Reque
 			return resp, nil
 		}
 	}
-	return nil, e.noAnswer(req, host, where, pl, code, rerr, timeout, lastLine(stderr.buf.Bytes()))
+	return nil, e.noAnswer(ctx, req, host, where, pl, code, rerr, timeout, lastLine(stderr.buf.Bytes()))
+}
+
+// startVersions checks the start host's answer to a start step: a host
+// binary that rejects hoststep.ClaimFormatFlag is older than claim format
+// 2 (it did nothing); an answer whose versions are older than this
+// front-end's claim format is refused even if the host admitted it.
+func startVersions(host string, resp *hoststep.Response) error {
+	if resp.UnknownClaimFormatFlag() {
+		return hoststep.CheckVersions(host, nil, engine.ClaimFormat, true)
+	}
+	if !resp.OK && resp.Versions == nil {
+		return nil // an early failure of the step: its own error says why
+	}
+	return hoststep.CheckVersions(host, resp.Versions, engine.ClaimFormat, true)
+}
+
+// requireVersions asks host what runs there (the step "versions") and
+// refuses a start or an incoming migration (what) when its hook or host
+// step reads an older claim format than this front-end's.
+func (e *Env) requireVersions(ctx context.Context, vm int, host, what string) error {
+	v, err := e.HostVersions(ctx, vm, host)
+	if err != nil {
+		return err
+	}
+	if err := hoststep.CheckVersions(host, v, engine.ClaimFormat, true); err != nil {
+		return skewError(vm, what, err)
+	}
+	return nil
+}
+
+// HostVersions asks host what runs there (nil Versions: its host binary is
+// older than the step, an rbdfence up to 0300e58). The error says why no
+// answer came: ssh, or a host that cannot start the binary (the one line
+// of incompatible). vm < 0: not for a VM (doctor).
+func (e *Env) HostVersions(ctx context.Context, vm int, host string) (*hoststep.Versions, error) {
+	req := &hoststep.Request{Version: hoststep.Version, Op: hoststep.OpVersions, VM: max(vm, 0), Host: host, Run: "versions"}
+	sctx, cancel := context.WithTimeout(ctx, e.stepBudget())
+	defer cancel()
+	resp, err := e.hostStepOnce(sctx, host, req, onHost)
+	if err != nil {
+		if fe, ok := err.(*Error); ok && vm < 0 {
+			fe.Msg = trimVMPrefix(max(vm, 0), fe.Msg)
+		}
+		return nil, err
+	}
+	if !resp.OK || resp.Versions == nil {
+		return nil, nil // "versions" is unknown there (or the version field is)
+	}
+	return resp.Versions, nil
+}
+
+// skewError is a *SkewError as the driver reports it: exit 3, one line,
+// final (fence.fail_open does not pass it).
+func skewError(vm int, what string, err error) error {
+	fe := errorf(outcome.Unavailable, vm, "VM %d: rbdfence refuses the %s: %v", vm, what, err)
+	fe.Final = true
+	return fe
 }
 
 // noAnswer is the error of a host step that gave no valid answer: it timed
 // out, could not be started, ssh failed (exit 255), the binary could not
-// run (126, 127), or it printed something else; why is its last line.
-func (e *Env) noAnswer(req *hoststep.Request, host, where string, pl placement, code int, rerr error, timeout time.Duration, why string) error {
+// start on the host (the loader refused it, 126, 127: incompatible says
+// why in one line), or it printed something else; why is its last line.
+func (e *Env) noAnswer(ctx context.Context, req *hoststep.Request, host, where string, pl placement, code int, rerr error, timeout time.Duration, why string) error {
 	switch {
 	case errors.Is(rerr, errTimeout):
 		return errorf(outcome.Unavailable, req.VM, "VM %d: the %s step on %s did not answer within timeouts.ssh + timeouts.total (%s)", req.VM, req.Op, where, timeout)
@@ -105,6 +187,8 @@ func (e *Env) noAnswer(req *hoststep.Request, host, where string, pl placement, 
 		return errorf(outcome.Unavailable, req.VM, "VM %d: cannot run the %s step on %s: %v", req.VM, req.Op, where, rerr)
 	case !e.local(pl) && code == 255:
 		return errorf(outcome.Unavailable, req.VM, "VM %d: ssh to host %s failed for the %s step: %s", req.VM, host, req.Op, orDash(why))
+	case !e.local(pl) && cannotStart(code, why):
+		return e.incompatible(ctx, req.VM, host, why)
 	case code == 126 || code == 127:
 		return errorf(outcome.Unavailable, req.VM, "VM %d: the rbdfence host binary %s cannot run on %s (exit %d: %s); install it and run 'onehost sync --force'",
 			req.VM, argv0(e, pl), where, code, orDash(why))
@@ -112,21 +196,40 @@ func (e *Env) noAnswer(req *hoststep.Request, host, where string, pl placement, 
 	return errorf(outcome.Unavailable, req.VM, "VM %d: the %s step on %s gave no valid answer (exit %d): %s", req.VM, req.Op, where, code, orDash(why))
 }
 
-// hostCommand is the host step's command line on a host. The default
-// host_config is not passed: the host then reads /etc/one/rbdfence.yaml
-// when present and uses the built-in defaults (Ceph access from the VM's
-// disks) otherwise, as the libvirt hook does.
-func (e *Env) hostCommand() []string {
-	argv := []string{e.Cfg.OpenNebula.HostBinary, "host"}
-	if c := e.Cfg.OpenNebula.HostConfig; c != config.DefaultPath {
-		argv = append(argv, "--config", c)
+// hostCommand is the host step's command line on a host (hostArgv). The
+// default host_config is not passed: the host then reads
+// /etc/one/rbdfence.yaml when present and uses the built-in defaults (Ceph
+// access from the VM's disks) otherwise, as the libvirt hook does. A start
+// passes the claim format it needs (hoststep.ClaimFormatFlag).
+func (e *Env) hostCommand(op string) []string {
+	args := []string{"host"}
+	if op == hoststep.OpStart {
+		args = append(args, "--"+hoststep.ClaimFormatFlag, strconv.Itoa(engine.ClaimFormat))
 	}
-	return argv
+	if c := e.Cfg.OpenNebula.HostConfig; c != config.DefaultPath {
+		args = append(args, "--config", c)
+	}
+	return e.hostArgv(args...)
+}
+
+// hostArgv is the remote command that runs the host binary with args: the
+// rbdfence package's (opennebula.host_package_binary), built for the
+// host's distribution, where it is executable on the host, else the one
+// onehost sync shipped (opennebula.host_binary), the front-end's build.
+func (e *Env) hostArgv(args ...string) []string {
+	o := e.Cfg.OpenNebula
+	if o.HostPackageBinary == "" {
+		return append([]string{o.HostBinary}, args...)
+	}
+	return append([]string{"sh", "-c", `b=$2; [ -x "$1" ] && b=$1; shift 2; exec "$b" "$@"`, "rbdfence-host", o.HostPackageBinary, o.HostBinary}, args...)
 }
 
 func argv0(e *Env, pl placement) string {
 	if e.local(pl) {
 		return e.Cfg.OpenNebula.LocalBinary
+	}
+	if p := e.Cfg.OpenNebula.HostPackageBinary; p != "" {
+		return p + " (else " + e.Cfg.OpenNebula.HostBinary + ")"
 	}
 	return e.Cfg.OpenNebula.HostBinary
 }

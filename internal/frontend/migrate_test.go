@@ -71,10 +71,13 @@ func newStub(t *testing.T, op string, withOrig bool) *stub {
 	cfg := config.Default()
 	cfg.OpenNebula.SSH = ssh
 	cfg.OpenNebula.HostBinary = host
+	cfg.OpenNebula.HostPackageBinary = ""                   // the synced stand-in, whatever this machine has
 	cfg.OpenNebula.AuthFile = filepath.Join(dir, "no-auth") // oned is never needed here
 	cfg.SpoolDir = filepath.Join(dir, "spool")
 	cfg.AuditLog = filepath.Join(dir, "audit.log")
 	cfg.Timeouts.SSH = config.Duration(10 * time.Second)
+	// Every host runs this build (a migration asks the destination first).
+	write("resp-versions.json", `{"version":4,"ok":true,"op":"versions","versions":`+currentVersions+`}`)
 	var out, errb bytes.Buffer
 	return &stub{dir: dir, self: self, out: &out, errb: &errb,
 		env: &Env{Cfg: cfg, Stdout: &out, Stderr: &errb, Log: NewLog(&errb, -1)}}

@@ -60,33 +60,38 @@ func TestMigrateVMMPolicy(t *testing.T) {
 		wantPlain   string
 		wantLog     string
 		wantOps     []string // host steps and "migrate-ran", in order
+		dstVersions string   // what the destination reports (default: this build)
 		// action is timeouts.action; sleep how long the migration takes;
 		// cancel stops the action (oned's SIGTERM) once it runs.
 		action time.Duration
 		sleep  string
 		cancel bool
 	}{
-		{name: "ok", pre: ok("premigrate"), post: ok("postmigrate"), wantOps: []string{"premigrate", "migrate-ran", "postmigrate"}},
+		{name: "ok", pre: ok("premigrate"), post: ok("postmigrate"), wantOps: []string{"versions", "premigrate", "migrate-ran", "postmigrate"}},
 		{name: "window refused: not started", pre: fail("premigrate", "refused"), preCode: 4, wantCode: outcome.Refused.Code(),
-			wantPlain: "VM 42: rbdfence premigrate (node1 -> node2) failed: something refused; the migration was not started", wantOps: []string{"premigrate"}},
-		{name: "source unreachable: not started", preCode: 255, wantCode: outcome.Unavailable.Code(), wantPlain: "ssh to host node1 failed", wantOps: []string{"premigrate"}},
+			wantPlain: "VM 42: rbdfence premigrate (node1 -> node2) failed: something refused; the migration was not started", wantOps: []string{"versions", "premigrate"}},
+		{name: "source unreachable: not started", preCode: 255, wantCode: outcome.Unavailable.Code(), wantPlain: "ssh to host node1 failed", wantOps: []string{"versions", "premigrate"}},
 		{name: "migration fails: copy fenced, its code kept", pre: ok("premigrate"), failm: ok("failmigrate"), migrateCode: "7", wantCode: 7,
-			wantOps: []string{"premigrate", "migrate-ran", "failmigrate"}},
+			wantOps: []string{"versions", "premigrate", "migrate-ran", "failmigrate"}},
 		{name: "migration fails, fence fails: said, code kept", pre: ok("premigrate"), failm: fail("failmigrate", "failure"), failmCode: 1, migrateCode: "7", wantCode: 7,
 			wantLog: "ERROR: 42 rbdfence: the migration failed and its copy on node2 may not be fenced: VM 42: rbdfence failmigrate (node1 -> node2) failed: something failure"},
 		{name: "postmigrate fails: migration still succeeded", pre: ok("premigrate"), post: fail("postmigrate", "failure"), wantCode: 0,
 			wantLog: "ERROR: 42 rbdfence: the migration succeeded, but: VM 42: rbdfence postmigrate"},
+		// The destination's hook is 0300e58's: it would misread the window.
+		{name: "old hook on the destination: not started", dstVersions: oldHookVersions, wantCode: outcome.Unavailable.Code(),
+			wantPlain: "VM 42: rbdfence refuses the migration: host node2: its libvirt hook /usr/lib/rbdfence/bin/rbdfence-hook (0300e58) reads claim format 1, older than claim format 2; fix: upgrade the rbdfence and rbdfence-host packages on node2",
+			wantOps:   []string{"versions"}},
 		// Issue 18 item 2: rbdfence sets no limit of its own on the real
 		// migration, and fences nothing when its outcome is unknown.
 		{name: "migration outlives timeouts.action: waited for, then closed", pre: ok("premigrate"), post: ok("postmigrate"), action: time.Second, sleep: "3",
-			wantOps: []string{"premigrate", "migrate-ran", "postmigrate"}},
+			wantOps: []string{"versions", "premigrate", "migrate-ran", "postmigrate"}},
 		{name: "ssh to the source dies (255): nothing fenced, window kept", pre: ok("premigrate"), failm: ok("failmigrate"), migrateCode: "255", wantCode: outcome.Unavailable.Code(),
-			wantPlain: "cannot tell whether the migration node1 -> node2 still runs (the ssh session to the source ended with exit 255", wantOps: []string{"premigrate", "migrate-ran"}},
+			wantPlain: "cannot tell whether the migration node1 -> node2 still runs (the ssh session to the source ended with exit 255", wantOps: []string{"versions", "premigrate", "migrate-ran"}},
 		{name: "action stopped during the migration: nothing fenced, window kept", pre: ok("premigrate"), failm: ok("failmigrate"), sleep: "30", cancel: true, wantCode: outcome.Unavailable.Code(),
-			wantPlain: "(the action was stopped while the migration ran): nothing was fenced and the handover window stays open", wantOps: []string{"premigrate", "migrate-ran"}},
+			wantPlain: "(the action was stopped while the migration ran): nothing was fenced and the handover window stays open", wantOps: []string{"versions", "premigrate", "migrate-ran"}},
 		{name: "same host: no window", args: []string{"one-42", "node1", "node1", "42", "node1"}, wantOps: []string{"migrate-ran"}},
 		{name: "admin's migrate_local wrapped", self: "migrate_local-rbdfence", pre: ok("premigrate"), post: ok("postmigrate"),
-			wantOps: []string{"premigrate", "migrate-ran", "postmigrate"}},
+			wantOps: []string{"versions", "premigrate", "migrate-ran", "postmigrate"}},
 		{name: "wrapped script missing", self: "migrate_gone-rbdfence", wantCode: outcome.Usage.Code(), wantPlain: "is missing", wantOps: nil},
 		{name: "bad stdin", stdin: "%%%", wantCode: outcome.Usage.Code(), wantPlain: "not base64", wantOps: nil},
 		{name: "not a driver action", stdin: base64.StdEncoding.EncodeToString([]byte("<VM><ID>42</ID></VM>")), wantCode: outcome.Usage.Code(), wantPlain: "want <VMM_DRIVER_ACTION_DATA>", wantOps: nil},
@@ -108,6 +113,11 @@ func TestMigrateVMMPolicy(t *testing.T) {
 			}
 			if err := os.WriteFile(filepath.Join(vmmDir, "migrate_local"), []byte(migrateScript), 0o755); err != nil {
 				t.Fatal(err)
+			}
+			if tc.dstVersions != "" {
+				if err := os.WriteFile(filepath.Join(s.dir, "resp-versions.json"), []byte(`{"version":4,"ok":true,"op":"versions","versions":`+tc.dstVersions+`}`), 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
 			s.respond(t, "premigrate", tc.pre, tc.preCode)
 			s.respond(t, "postmigrate", tc.post, 0)

@@ -186,7 +186,7 @@ func (e *Env) finishStart(res *StartResult, req *hoststep.Request, resp *hostste
 // fence.fail_open is set: then it logs and lets the start go on.
 func (e *Env) failOpen(res *StartResult, err error) (*StartResult, error) {
 	var fe *Error
-	if !errors.As(err, &fe) || fe.Kind != outcome.Unavailable || !e.Cfg.Fence.FailOpen {
+	if !errors.As(err, &fe) || fe.Kind != outcome.Unavailable || fe.Final || !e.Cfg.Fence.FailOpen {
 		return nil, err
 	}
 	e.Log.Error("%s; starting anyway because fence.fail_open is set", fe.Msg)

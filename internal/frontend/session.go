@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -101,7 +102,7 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 	if c := e.Cfg.OpenNebula.HostConfig; c != config.DefaultPath {
 		hostCfg = c
 	}
-	remote := sessionCommand(e.Cfg.OpenNebula.HostBinary, hostCfg, recBody, act)
+	remote := sessionCommand(e.Cfg.OpenNebula.HostPackageBinary, e.Cfg.OpenNebula.HostBinary, hostCfg, recBody, act)
 	if len(shellJoin(remote)) > maxRemoteCommand {
 		return -1, true, nil // separate commands: the files go by copyVMDirFiles
 	}
@@ -166,7 +167,7 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 				return -1, true, nil
 			}
 		}
-		nerr := e.noAnswer(req, res.Host, where, anywhere, code, rerr, budget, why)
+		nerr := e.noAnswer(ctx, req, res.Host, where, anywhere, code, rerr, budget, why)
 		if _, err := e.finishStart(res, req, nil, nerr); err != nil {
 			return -1, false, err
 		}
@@ -185,12 +186,20 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 		}
 		return -1, false, errorf(outcome.Failure, vm, "VM %d: the %s step on %s gave no valid answer and the session ended (exit %d)", vm, req.Op, where, code)
 	}
+	if serr := startVersions(res.Host, resp); serr != nil {
+		// The host step refused (its hook or itself reads an older claim
+		// format), or does not know the claim format flag (an rbdfence up
+		// to 0300e58), or admitted with versions that say otherwise (then
+		// FrameAdmits sent no GoLine): nothing ran.
+		e.record(resp, "prestart", false)
+		return -1, false, skewError(vm, "start", serr)
+	}
 	if resp.OK && stepTimedOut.Load() {
 		// The answer came after the budget: the action was not run (no
 		// GoLine went). What the step did is recorded; the start is
 		// judged as a step that did not answer.
 		e.record(resp, "prestart", false)
-		nerr := e.noAnswer(req, res.Host, where, anywhere, code, fmt.Errorf("%w", errTimeout), budget, why)
+		nerr := e.noAnswer(ctx, req, res.Host, where, anywhere, code, fmt.Errorf("%w", errTimeout), budget, why)
 		if _, err := e.finishStart(res, req, nil, nerr); err != nil {
 			return -1, false, err
 		}
@@ -223,9 +232,10 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 const maxRemoteCommand = 120 << 10
 
 // sessionCommand is oneSession's remote command: startScript and its
-// positional arguments (none of them goes into the script's text).
-func sessionCommand(hostBin, hostCfg string, record []byte, act remoteStart) []string {
-	remote := []string{"sh", "-c", startScript(act.files), "rbdfence-start", hostBin, hostCfg, act.dir, string(record)}
+// positional arguments (none of them goes into the script's text). pkgBin
+// ("" for none) is run instead of hostBin where it is executable (hostArgv).
+func sessionCommand(pkgBin, hostBin, hostCfg string, record []byte, act remoteStart) []string {
+	remote := []string{"sh", "-c", startScript(act.files), "rbdfence-start", pkgBin, hostBin, hostCfg, act.dir, string(record)}
 	for _, f := range act.files {
 		remote = append(remote, string(f.data))
 	}
@@ -239,7 +249,9 @@ const GoLine = "rbdfence-go"
 
 // startScript is the constant remote script of oneSession (files: how many
 // of vm.xml, ds.xml it writes; the script depends on nothing else). Data
-// come as its positional arguments: $1 host binary, $2 host config ("" for
+// come as its positional arguments, after the package binary that is run
+// instead of the host binary where it is executable (shifted away first):
+// $1 host binary, $2 host config ("" for
 // the host's default), $3 the VM's directory, $4 the record request, then
 // the files' contents, then the remote action's argv. It runs the framed
 // start step (its stderr joins stdout, before its frame); only when the
@@ -257,8 +269,10 @@ const GoLine = "rbdfence-go"
 // for it), at a lower CPU priority (nice, where the host has it) than the
 // VM that just started.
 func startScript(files []vmDirFileData) string {
-	s := `b=$1 c=$2 d=$3 r=$4
-if [ -n "$c" ]; then "$b" host --framed --config "$c"; else "$b" host --framed; fi 2>&1 || exit
+	s := `p=$1; shift
+b=$1 c=$2 d=$3 r=$4
+[ -n "$p" ] && [ -x "$p" ] && b=$p
+if [ -n "$c" ]; then "$b" host --framed ` + claimFormatArg + ` --config "$c"; else "$b" host --framed ` + claimFormatArg + `; fi 2>&1 || exit
 IFS= read -r g || exit 1
 [ "$g" = ` + GoLine + ` ] || exit 1
 `
@@ -280,6 +294,9 @@ exit "$s"
 `, len(files)+4)
 	return s
 }
+
+// claimFormatArg is the start's claim format flag (a constant of the build).
+var claimFormatArg = "--" + hoststep.ClaimFormatFlag + " " + strconv.Itoa(engine.ClaimFormat)
 
 // gatedWriter holds the session's stderr until the step's frame says
 // whether the action runs: then it passes what it held and all that

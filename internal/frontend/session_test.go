@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/opennebula"
 	"github.com/rbdfence/rbdfence/internal/outcome"
@@ -53,6 +55,7 @@ func TestSessionCommand(t *testing.T) {
 		answer     string
 		code       int
 		deployFail bool
+		pkg        bool // the package binary is installed (and the synced one is not)
 		// noGo: the front-end gave up before the answer reached it, and
 		// closes the session without GoLine (issue 18 item 13).
 		noGo       bool
@@ -60,10 +63,11 @@ func TestSessionCommand(t *testing.T) {
 		wantDeploy bool
 		wantRecord bool
 	}{
-		{name: "admitted", answer: `{"op":"start","ok":true,"version":3}`, wantDeploy: true, wantRecord: true},
-		{name: "admitted, but the front-end stopped waiting", answer: `{"op":"start","ok":true,"version":3}`, noGo: true, wantCode: 1},
-		{name: "refused", answer: `{"op":"start","ok":false,"kind":"refused","error":"claimed by host b","version":3}`, code: 4, wantCode: 4},
-		{name: "deploy fails", answer: `{"op":"start","ok":true,"version":3}`, deployFail: true, wantCode: 255, wantDeploy: true},
+		{name: "admitted", answer: `{"op":"start","ok":true,"version":4}`, wantDeploy: true, wantRecord: true},
+		{name: "admitted, package binary", pkg: true, answer: `{"op":"start","ok":true,"version":4}`, wantDeploy: true, wantRecord: true},
+		{name: "admitted, but the front-end stopped waiting", answer: `{"op":"start","ok":true,"version":4}`, noGo: true, wantCode: 1},
+		{name: "refused", answer: `{"op":"start","ok":false,"kind":"refused","error":"claimed by host b","version":4}`, code: 4, wantCode: 4},
+		{name: "deploy fails", answer: `{"op":"start","ok":true,"version":4}`, deployFail: true, wantCode: 255, wantDeploy: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -91,7 +95,11 @@ func TestSessionCommand(t *testing.T) {
 			record := []byte(`{"op":"record","vm":42,"run":"r'un"}`)
 			req := []byte(`{"op":"start","vm":42}`)
 
-			cmd := exec.Command("sh", "-c", shellJoin(sessionCommand(bin, "/etc/one/it's.yaml", record, act)))
+			pkgBin, synced := filepath.Join(dir, "no-package-binary"), bin
+			if tc.pkg {
+				pkgBin, synced = bin, filepath.Join(dir, "no-synced-binary")
+			}
+			cmd := exec.Command("sh", "-c", shellJoin(sessionCommand(pkgBin, synced, "/etc/one/it's.yaml", record, act)))
 			var in bytes.Buffer
 			if err := hoststep.WriteRequestFrame(&in, req); err != nil {
 				t.Fatal(err)
@@ -125,7 +133,7 @@ func TestSessionCommand(t *testing.T) {
 				t.Errorf("the step read %q, want %q", got, req)
 			}
 			argv := readOr(filepath.Join(dir, "argv"))
-			if !strings.HasPrefix(argv, "host --framed --config /etc/one/it's.yaml\n") {
+			if !strings.HasPrefix(argv, fmt.Sprintf("host --framed --min-claim-format %d --config /etc/one/it's.yaml\n", engine.ClaimFormat)) {
 				t.Errorf("host binary argv %q", argv)
 			}
 			if !tc.wantDeploy {
@@ -208,10 +216,17 @@ func TestOneSession(t *testing.T) {
 		old                   bool
 		wantErr, wantFallback bool
 		wantStdout            string
+		wantSkew              string // the refusal for a host older than the claim format
 	}{
-		{name: "admitted", answer: `{"op":"start","ok":true,"version":3}`, wantStdout: "one-42\n"},
-		{name: "refused", answer: `{"op":"start","ok":false,"kind":"refused","error":"claimed by host b","version":3}`, code: 4, wantErr: true},
+		{name: "admitted", answer: `{"op":"start","ok":true,"version":4,"versions":` + currentVersions + `}`, wantStdout: "one-42\n"},
+		{name: "refused", answer: `{"op":"start","ok":false,"kind":"refused","error":"claimed by host b","version":4}`, code: 4, wantErr: true},
 		{name: "older host binary", old: true, wantFallback: true},
+		// The host step refused: the hook beside it reads an older claim format.
+		{name: "old hook", answer: `{"op":"start","ok":false,"kind":"ceph","error":"host node1: its libvirt hook ...","version":4,"versions":` + oldHookVersions + `}`,
+			code: 3, wantErr: true, wantSkew: "its libvirt hook /usr/lib/rbdfence/bin/rbdfence-hook (0300e58) reads claim format 1"},
+		// A host binary of 0300e58 rejects the claim format flag (framed: it knows --framed).
+		{name: "0300e58 host step", answer: `{"ok":false,"kind":"usage","error":"host: flag provided but not defined: -min-claim-format (try: rbdfence help)"}`,
+			code: 2, wantErr: true, wantSkew: "reports no versions"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -234,6 +249,7 @@ func TestOneSession(t *testing.T) {
 			cfg := config.Default()
 			cfg.OpenNebula.SSH = filepath.Join(dir, "ssh")
 			cfg.OpenNebula.HostBinary = bin
+			cfg.OpenNebula.HostPackageBinary = ""
 			cfg.AuditLog = filepath.Join(dir, "audit.log")
 			cfg.SpoolDir = filepath.Join(dir, "spool")
 			var stdout, stderr bytes.Buffer
@@ -265,7 +281,13 @@ func TestOneSession(t *testing.T) {
 			} else if strings.Contains(stderr.String(), "diagnostics") {
 				t.Errorf("the step's stderr was relayed: %q", stderr.String())
 			}
-			if tc.wantErr {
+			if tc.wantSkew != "" {
+				var fe *Error
+				if !errors.As(err, &fe) || fe.Kind != outcome.Unavailable || !fe.Final || !strings.Contains(fe.Msg, tc.wantSkew) ||
+					!strings.Contains(fe.Msg, "VM 42: rbdfence refuses the start: host node1: ") || !strings.Contains(fe.Msg, "; fix: upgrade the rbdfence and rbdfence-host packages on node1") {
+					t.Errorf("error %v, want the refusal with the fix", err)
+				}
+			} else if tc.wantErr {
 				var fe *Error
 				if !errors.As(err, &fe) || fe.Kind != outcome.Refused || !strings.Contains(fe.Msg, "claimed by host b") {
 					t.Errorf("error %v, want the refusal", err)
@@ -274,6 +296,15 @@ func TestOneSession(t *testing.T) {
 		})
 	}
 }
+
+// currentVersions is what a host of this build reports; oldHookVersions a
+// host whose hook is 0300e58's.
+var (
+	currentVersions = fmt.Sprintf(`{"step":{"path":"/var/tmp/one/rbdfence/rbdfence-host","version":"v","protocol":%d,"claim_format":%d},"hook":{"path":"/usr/lib/rbdfence/bin/rbdfence-hook","version":"v","claim_format":%[2]d}}`,
+		hoststep.Version, engine.ClaimFormat)
+	oldHookVersions = fmt.Sprintf(`{"step":{"path":"/var/tmp/one/rbdfence/rbdfence-host","version":"v","protocol":%d,"claim_format":%d},"hook":{"path":"/usr/lib/rbdfence/bin/rbdfence-hook","version":"0300e58"}}`,
+		hoststep.Version, engine.ClaimFormat)
+)
 
 // TestOneSessionTooLong: a remote command over maxRemoteCommand (a VM with
 // very many disks) is not attempted: the caller runs separate commands.

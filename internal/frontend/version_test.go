@@ -2,6 +2,8 @@ package frontend
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,17 +28,26 @@ cat "$TESTDATA/v1-response-$ANSWER.json"
 `
 
 func TestHostStepOldHost(t *testing.T) {
-	td, err := filepath.Abs("../hoststep/testdata")
-	if err != nil {
-		t.Fatal(err)
+	// The version 1 answers, as to a check (a start is refused on such a
+	// host: TestHostStepOldHostStart).
+	td := t.TempDir()
+	for _, f := range []string{"v1-response-start.json", "v1-response-refused.json", "v1-response-unknown-field.json"} {
+		b, err := os.ReadFile(filepath.Join("../hoststep/testdata", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = []byte(strings.ReplaceAll(string(b), `"op":"start"`, `"op":"check"`))
+		if err := os.WriteFile(filepath.Join(td, strings.Replace(f, "-start", "-check", 1)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Setenv("TESTDATA", td)
-	req := &hoststep.Request{Op: hoststep.OpStart, VM: 42, Seq: 3, Host: "node1", Run: "r", Source: "frontend",
+	req := &hoststep.Request{Op: hoststep.OpCheck, VM: 42, Seq: 3, Host: "node1", Run: "r", Source: "frontend",
 		Disks: []vmdisk.Disk{{ID: "0", Pool: "one", Name: "one-7-42-0"}}, Instance: 1700000123}
 	for _, tc := range []struct {
 		answer string
 		kind   outcome.Kind
-	}{{"start", outcome.OK}, {"refused", outcome.Refused}} {
+	}{{"check", outcome.OK}, {"refused", outcome.Refused}} {
 		s := newStub(t, "premigrate", false)
 		if err := os.WriteFile(s.env.Cfg.OpenNebula.HostBinary, []byte(oldHost), 0o755); err != nil {
 			t.Fatal(err)
@@ -67,15 +78,47 @@ func TestHostStepOldHost(t *testing.T) {
 func TestHostStepNewHost(t *testing.T) {
 	s := newStub(t, "premigrate", false)
 	s.respond(t, "start", nil, 0)
-	if err := os.WriteFile(filepath.Join(s.dir, "resp-start.json"), []byte(`{"version":3,"ok":true,"op":"start","report":{"images":[],"fenced":0,"errors":0,"new":1},"new_field":"x"}`), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(s.dir, "resp-start.json"), []byte(`{"version":4,"ok":true,"op":"start","report":{"images":[],"fenced":0,"errors":0,"new":1},"new_field":"x","versions":`+currentVersions+`}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	req := &hoststep.Request{Op: hoststep.OpStart, VM: 42, Seq: 3, Host: "node1", Run: "r", Source: "frontend"}
 	resp, err := s.env.hostStep(t.Context(), "node1", req, onHost)
-	if err != nil || !resp.OK || resp.Version != 3 {
+	if err != nil || !resp.OK || resp.Version != 4 {
 		t.Fatalf("%+v %v", resp, err)
 	}
 	if n := strings.Count(strings.TrimSpace(s.read("requests")), "\n") + 1; n != 1 {
 		t.Fatalf("%d requests", n)
+	}
+}
+
+// TestHostStepOldHostStart: a start is refused (exit 3, final, the fix)
+// on a host whose host step is older than the claim format: one that
+// rejects the claim format flag (0300e58's) and one that answers without
+// versions (a version 1 host ignores the flag here: the stand-in).
+func TestHostStepOldHostStart(t *testing.T) {
+	req := &hoststep.Request{Op: hoststep.OpStart, VM: 42, Seq: 3, Host: "node1", Run: "r", Source: "frontend"}
+	for _, tc := range []struct {
+		name, answer string
+		code         int
+	}{
+		{"rejects the flag", `{"ok":false,"kind":"usage","error":"host: flag provided but not defined: -min-claim-format (try: rbdfence help)"}`, 2},
+		{"no versions", `{"version":3,"ok":true,"op":"start"}`, 0},
+	} {
+		s := newStub(t, "premigrate", false)
+		if err := os.WriteFile(filepath.Join(s.dir, "resp-start.json"), []byte(tc.answer), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(s.dir, "code-start"), []byte(fmt.Sprint(tc.code)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := s.env.hostStep(t.Context(), "node1", req, onHost)
+		var fe *Error
+		if !errors.As(err, &fe) || fe.Kind != outcome.Unavailable || !fe.Final || !strings.Contains(fe.Msg, "host node1: its rbdfence host step reports no versions") ||
+			!strings.Contains(fe.Msg, "fix: upgrade the rbdfence and rbdfence-host packages on node1") {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+		if !strings.Contains(s.read("ssh-argv"), "--min-claim-format") {
+			t.Errorf("%s: the start did not pass the claim format: %s", tc.name, s.read("ssh-argv"))
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+
+	"github.com/rbdfence/rbdfence/internal/engine"
 )
 
 // Framing lets a host step share one ssh session with the remote action it
@@ -187,10 +189,11 @@ func (s *FrameSplitter) Unframed() []byte {
 	return out
 }
 
-// FrameAdmits reports whether a response frame's body says the step
+// FrameAdmits reports whether a response frame's body says the start step
 // succeeded (the remote action runs after it). Only a well-formed answer
-// admits.
+// admits, and only from a host whose versions read this build's claim
+// format (CheckVersions).
 func FrameAdmits(body []byte) bool {
 	resp, err := ReadResponse(bytes.NewReader(body))
-	return err == nil && resp.OK
+	return err == nil && resp.OK && CheckVersions("", resp.Versions, engine.ClaimFormat, true) == nil
 }

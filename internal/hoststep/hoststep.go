@@ -3,8 +3,9 @@
 // over ssh on the VM's host, or locally): one Request on stdin, one Response
 // on stdout.
 //
-// The protocol survives a rolling upgrade (front-end first, then the hosts
-// with `onehost sync --force`; a host may miss that step for a while):
+// The protocol survives a rolling upgrade (front-end first, then the hosts'
+// packages and `onehost sync --force`; a host may miss that step for a
+// while):
 //
 //   - Both messages carry the sender's protocol Version; a message without
 //     one is version 1, the JSON of rbdfence before versions.
@@ -17,6 +18,10 @@
 //   - Only a real incompatibility is refused: an op the host does not know,
 //     or a peer older than minVersion. The *IncompatibleError names both
 //     versions and the fix.
+//   - Version 4 answers carry what runs on the host (Versions: the host
+//     step and the hook beside it, their claim formats); a start or an
+//     incoming migration on a host that reads an older claim format than
+//     the front-end's is refused (CheckVersions, versions.go).
 package hoststep
 
 import (
@@ -47,20 +52,25 @@ const (
 	// hook's migrate begin, in the hook's own process): fences nothing,
 	// writes nothing.
 	OpIncoming = "incoming"
+	// OpVersions reports what runs on the host (Versions with its packages
+	// and platform): touches neither Ceph nor a claim. Version 4.
+	OpVersions = "versions"
 )
 
 // Version is the host-step protocol version this code speaks. 1: the JSON
 // of rbdfence before versions (strict: unknown fields rejected); 2: the
 // version field, unknown fields ignored; 3: the step "attach" (a version 2
-// host refuses it with the fix, see Validate).
-const Version = 3
+// host refuses it with the fix, see Validate); 4: the host's Versions in
+// every response, the step "versions".
+const Version = 4
 
 // minVersion is the oldest peer version this code still works with.
 const minVersion = 1
 
 // Fix is what an operator runs to bring the hosts' rbdfence up to the
-// front-end's.
-const Fix = "run 'onehost sync --force' as oneadmin on the front-end (and upgrade the front-end's rbdfence first if it is the older side)"
+// front-end's: the host step is the rbdfence package's where the host has
+// it, else the synced one.
+const Fix = "upgrade the rbdfence and rbdfence-host packages on the host where it has them, and run 'onehost sync --force' as oneadmin on the front-end (upgrade the front-end's rbdfence first if it is the older side)"
 
 // IncompatibleError refuses a message this side cannot serve.
 type IncompatibleError struct {
@@ -150,7 +160,7 @@ func (r *Request) PeerVersion() int { return versionOf(r.Version) }
 // Validate checks the request's shape.
 func (r *Request) Validate() error {
 	switch r.Op {
-	case OpCheck, OpStart, OpRecord, OpPremigrate, OpPostmigrate, OpFailmigrate, OpAttach, OpIncoming:
+	case OpCheck, OpStart, OpRecord, OpPremigrate, OpPostmigrate, OpFailmigrate, OpAttach, OpIncoming, OpVersions:
 	default:
 		if r.PeerVersion() > Version {
 			return &IncompatibleError{Peer: "front-end", PeerVer: r.PeerVersion(), OurVer: Version, OurSide: "host",
@@ -161,7 +171,7 @@ func (r *Request) Validate() error {
 	if r.VM < 0 {
 		return fmt.Errorf("bad VM id %d", r.VM)
 	}
-	if r.Host == "" {
+	if r.Host == "" && r.Op != OpVersions {
 		return fmt.Errorf("no host given")
 	}
 	switch r.Op {
@@ -192,6 +202,9 @@ type Response struct {
 	Report   *engine.Report `json:"report,omitempty"`
 	Audit    []audit.Record `json:"audit,omitempty"`
 	HostIPs  []string       `json:"host_ips,omitempty"`
+	// Versions is what runs on the answering host (version 4): absent from
+	// older hosts and in the answer to a version 1 request.
+	Versions *Versions `json:"versions,omitempty"`
 }
 
 // MaxSize bounds what either side reads.
@@ -225,6 +238,9 @@ func Reply(req *Request, resp *Response) *Response {
 	resp.Version = 0
 	if req != nil && req.PeerVersion() >= 2 {
 		resp.Version = Version
+	}
+	if req == nil || req.PeerVersion() < 4 {
+		resp.Versions = nil // a version 1 peer rejects the field; 2 and 3 ignore it
 	}
 	return resp
 }

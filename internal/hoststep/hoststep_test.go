@@ -19,13 +19,14 @@ func TestReadRequest(t *testing.T) {
 		{in: `{"op":"start","vm":42,"seq":3,"host":"node1","run":"r","source":"frontend","disks":[{"id":"0","pool":"one","name":"one-7"}]}`},
 		{in: ``, err: "empty"},
 		{in: `{"op":"start","vm":42}`, err: "no host"},
+		{in: `{"version":4,"op":"versions","vm":0}`}, // what runs on the host: no VM, no host name needed
 		{in: `{"op":"explode","vm":1,"host":"a"}`, err: "unknown op"},
 		{in: `{"op":"start","vm":-3,"host":"a"}`, err: "bad VM id"},
 		{in: `{"op":"premigrate","vm":1,"host":"a"}`, err: "src and dst"},
 		{in: `{"op":"start","vm":1,"host":"a","disks":[{"id":"0","pool":"","name":"x"}]}`, err: "no pool"},
 		{in: `{"op":"start","vm":1,"host":"a","extra":1,"disks":[{"id":"0","pool":"one","name":"x","new":true}]}`}, // unknown fields: ignored
 		{in: `{"version":7,"op":"start","vm":1,"host":"a","extra":{"x":1}}`},                                       // a newer front-end, a known op
-		{in: `{"version":4,"op":"scrub","vm":1,"host":"a"}`, err: "the front-end speaks version 4, this host's rbdfence speaks version 3: this host does not know the step \"scrub\"; run 'onehost sync --force'"},
+		{in: `{"version":5,"op":"scrub","vm":1,"host":"a"}`, err: "the front-end speaks version 5, this host's rbdfence speaks version 4: this host does not know the step \"scrub\"; upgrade the rbdfence and rbdfence-host packages on the host where it has them, and run 'onehost sync --force'"},
 		{in: `{"op":"scrub","vm":1,"host":"a"}`, err: "unknown op"}, // same version: a bad request, not a mismatch
 		{in: `{"op":"start","vm":1,"host":"a"} trailing`, err: "trailing data"},
 	} {
@@ -178,8 +179,8 @@ func TestIncompatible(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"host too old for the front-end", checkPeer("host", "front-end", 1, 2), "the host speaks version 1, this front-end's rbdfence speaks version 3: version 2 or later is needed; run 'onehost sync --force'"},
-		{"front-end too old for the host", checkPeer("front-end", "host", 1, 2), "the front-end speaks version 1, this host's rbdfence speaks version 3"},
+		{"host too old for the front-end", checkPeer("host", "front-end", 1, 2), "the host speaks version 1, this front-end's rbdfence speaks version 4: version 2 or later is needed; upgrade the rbdfence and rbdfence-host packages on the host where it has them, and run 'onehost sync --force'"},
+		{"front-end too old for the host", checkPeer("front-end", "host", 1, 2), "the front-end speaks version 1, this host's rbdfence speaks version 4"},
 	} {
 		var ie *IncompatibleError
 		if !errors.As(tc.err, &ie) || !strings.Contains(tc.err.Error(), tc.want) || strings.Contains(tc.err.Error(), "\n") || outcome.Of(tc.err) != outcome.Usage {

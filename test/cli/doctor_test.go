@@ -42,6 +42,15 @@ func installed(t *testing.T, cfg string) string {
 			t.Fatalf("install.sh %v: %v\n%s", args, err, out)
 		}
 	}
+	// onehost sync --force: the host binary where the hosts run it.
+	b, err := os.ReadFile(filepath.Join(root, "var/lib/one/remotes/rbdfence/rbdfence-host"))
+	if err == nil {
+		os.MkdirAll(filepath.Join(root, "var/tmp/one/rbdfence"), 0o755)
+		err = os.WriteFile(filepath.Join(root, "var/tmp/one/rbdfence/rbdfence-host"), b, 0o755)
+	}
+	if err != nil {
+		t.Fatalf("onehost sync stand-in: %v", err)
+	}
 	return root
 }
 
@@ -86,7 +95,7 @@ func TestDoctor(t *testing.T) {
 	}
 	badKey := filepath.Join(dir, "bad.keyring")
 	os.WriteFile(badKey, []byte("[client.libvirt]\n\tkey = AQBnP0hlAAAAABAAq8bD4W0KQd1Iem1Hh7mYgg==\n"), 0o600)
-	fails("broken keyring", strings.Replace(good, c.Keyring, badKey, 1), nil, "FAIL  ceph ", "fix: check ceph.mon_host")
+	fails("broken keyring", strings.Replace(good, c.Keyring, badKey, 1), nil, "FAIL  ceph ", "fix: set ceph.mon_host, ceph.user and ceph.keyring in")
 	fails("unreachable oned", strings.Replace(good, sim.URL(), "http://127.0.0.1:1/RPC2", 1), nil, "FAIL  oned", "fix: check opennebula.endpoint")
 	fails("missing hook", good, func() { os.Remove(filepath.Join(root, "etc/libvirt/hooks/qemu.d/10-rbdfence")) }, "FAIL  libvirt-hook", "install.sh host")
 }

@@ -224,6 +224,7 @@ state_dir: %s
   remote: ssh
   ssh: %s
   host_binary: %s
+  host_package_binary: ""
   host_config: %s
   remote_dir: %s
 timeouts:

@@ -24,17 +24,26 @@ func TestSSHHopFails(t *testing.T) {
 		t.Fatalf("refusal took %s", r.took)
 	}
 
-	// A failed migration whose destination cannot be reached over ssh (here: host
-	// B by its bare IP, which our ssh config has no key for) while the
-	// "failed" migration's copy runs there: the step falls back to the source
-	// and fences every client that is not on it. The source is kept.
+	// A failed migration whose destination can no longer be reached over
+	// ssh (a partition that begins while the migration runs: the
+	// destination answered before it, as the front-end asks it what runs
+	// there) while the "failed" migration's copy runs there: the step falls
+	// back to the source and fences every client that is not on it. The
+	// source is kept.
 	vm2, specs2 := f.newVM(f.hs.A.Name, 1, "persistent")
 	if r := f.deployVM(vm2, 1, f.hs.A.Name, specs2); r.code != 0 {
 		t.Fatalf("deploy: %d\n%s", r.code, r.stderr)
 	}
 	src := testenv.StartZombieOn(t, f.ceph, f.hs.A, specs2[0].image, "write")
 	src.WaitWrite(t, true, 30*time.Second)
-	unreachable := f.hs.B.IP
+	unreachable := f.hs.B.Name
+	cut := f.path("partition")
+	f.write(f.path("ssh"), fmt.Sprintf("#!/bin/sh\n{ printf '%%s' \"$*\" | tr '\\n' ' '; echo; } >> %s\n"+
+		"if [ -e %s ]; then for a; do [ \"$a\" = %s ] && { echo 'ssh: connect to host %[3]s port 22: No route to host' >&2; exit 255; }; done; fi\n"+
+		"exec ssh -F %s \"$@\"\n", f.path("ssh.log"), cut, unreachable, f.hs.SSHConfig), 0o755)
+	migrate := f.path("hostremotes/vmm/kvm/migrate")
+	f.write(migrate+".orig", readFile(t, migrate), 0o755)
+	f.write(migrate, "#!/bin/sh\ntouch "+cut+"\nexec "+migrate+".orig \"$@\"\n", 0o755)
 	f.migrating(vm2, 1, f.hs.A.Name, unreachable, specs2)
 	copyOnB := testenv.StartZombieOn(t, f.ceph, f.hs.B, specs2[0].image, "write")
 	copyOnB.WaitWrite(t, true, 30*time.Second)

@@ -122,6 +122,7 @@ func run(tb testenv.T, reps int, compare string) error {
   auth_file: %s
   ssh: ssh -F %s
   host_binary: %s
+  host_package_binary: ""
   host_config: %s
 timeouts: {connect: 5s, ceph_op: 10s, oned: 3s, ssh: 60s, total: 90s}
 audit_log: %s/audit.log
@@ -196,6 +197,7 @@ spool_dir: %s/spool
   auth_file: %s
   ssh: ssh -F %s
   host_binary: %s
+  host_package_binary: ""
   host_config: %s
   remote_dir: %s
 timeouts: {connect: 5s, ceph_op: 10s, oned: 3s, ssh: 60s, total: 90s}
