@@ -96,7 +96,10 @@ package engine_test
 // deploys (Window.Same compares the premigrate run, not the deploy).
 // The migration that outlives its action (item 2) then found model-C
 // (knownViolations): a retried migration's failmigrate fences the first
-// attempt's job. knownViolations is where a race found but not fixed yet
+// attempt's job; from the source it now fences only on the source
+// libvirt's "running, no job" (world retry-no-ssh-to-dst, mutant
+// failmigrate-no-job-check), on the destination it still does (model-C
+// stays listed). knownViolations is where a race found but not fixed yet
 // is listed. The test FAILS when it finds a violation that
 // is not listed (or that it cannot attribute), and ALSO when a listed
 // violation is no longer found: when a fix lands, its entry must be deleted
