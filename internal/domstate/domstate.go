@@ -1,5 +1,6 @@
 // Package domstate asks libvirt, read-only and within a timeout, in which
-// state a domain is on this host (`virsh --readonly domstate NAME`). The
+// state a domain is on this host (`virsh --readonly domstate NAME`) and
+// whether a job of it runs (`virsh --readonly domjobinfo NAME`). The
 // host step uses it; the libvirt hook must never call back into libvirt
 // (libvirtd waits for the hook: a deadlock).
 package domstate
@@ -123,4 +124,64 @@ func Instance(ctx context.Context, domain string, timeout time.Duration) (int64,
 		return 0, fmt.Errorf("virsh dumpxml %s: %v", domain, err)
 	}
 	return d.Instance(), nil
+}
+
+// Job is what `virsh domjobinfo` says of a domain's current job: its "Job
+// type" ("None" when no job runs; "Unbounded" or "Bounded" while one does)
+// and, where libvirt says it, its "Operation" ("Outgoing migration", ...).
+// Type "" means libvirt has no such domain.
+type Job struct {
+	Type, Operation string
+}
+
+// Idle reports whether no job of the domain runs.
+func (j Job) Idle() bool { return j.Type == "None" }
+
+// String is the job in virsh's words.
+func (j Job) String() string {
+	s := "Job type: " + j.Type
+	if j.Operation != "" {
+		s += ", Operation: " + j.Operation
+	}
+	return s
+}
+
+// QueryJob returns domain's current job. A domain libvirt does not know is
+// Job{} with no error; an error means libvirt could not be asked or did
+// not say (no virsh, no libvirtd, the timeout, a driver without job
+// information, a domain that is not running).
+func QueryJob(ctx context.Context, domain string, timeout time.Duration) (Job, error) {
+	out, stderr, err := virsh(ctx, timeout, "domjobinfo", domain)
+	if errors.Is(err, errNoAnswer) {
+		return Job{}, err
+	}
+	return ParseJob(out, stderr, err)
+}
+
+// ParseJob turns virsh domjobinfo's output and exit into a Job: only a
+// "Job type:" line is an answer.
+func ParseJob(stdout, stderr string, err error) (Job, error) {
+	if err != nil {
+		if notFound(err, stderr) {
+			return Job{}, nil
+		}
+		return Job{}, fmt.Errorf("virsh domjobinfo: %v: %s", err, strings.TrimSpace(stderr))
+	}
+	var j Job
+	for _, line := range strings.Split(stdout, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "Job type":
+			j.Type = strings.TrimSpace(v)
+		case "Operation":
+			j.Operation = strings.TrimSpace(v)
+		}
+	}
+	if j.Type == "" {
+		return Job{}, fmt.Errorf("virsh domjobinfo: no job type in its answer %q", strings.TrimSpace(stdout))
+	}
+	return j, nil
 }

@@ -247,7 +247,32 @@ type Domain struct {
 	// Said is libvirt's words: the state virsh printed, or why there was
 	// no answer.
 	Said string
+	// Job is what libvirt said about the domain's job (virsh domjobinfo),
+	// asked only for a failmigrate on the source (FailedFromSource):
+	// whether the migration that failmigrate would fence the destination
+	// of may still run.
+	Job JobSeen
+	// JobSaid is libvirt's words about the job.
+	JobSaid string
 }
+
+// JobSeen is what libvirt said about a domain's job: only JobNone is
+// knowledge that no migration of it runs.
+type JobSeen int
+
+// What libvirt said about the job.
+const (
+	// JobUnasked: nobody asked (every step but failmigrate on the source,
+	// or the domain was not active there).
+	JobUnasked JobSeen = iota
+	// JobNone: "Job type: None": no job of the domain runs.
+	JobNone
+	// JobRunning: a job runs (an outgoing migration among them).
+	JobRunning
+	// JobNoAnswer: libvirt could not be asked about the job (an error, a
+	// timeout, the domain vanished between the two questions).
+	JobNoAnswer
+)
 
 // DomainSeen is what libvirt's answer says: only Absent is knowledge that
 // no instance of the VM runs on the host under libvirt.

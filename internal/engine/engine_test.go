@@ -335,7 +335,44 @@ func TestMigration(t *testing.T) {
 	t.Run("failmigrate from the source when dst is unreachable", func(t *testing.T) {
 		dst3 := f.Open(im, "10.0.0.2", true)
 		srcIPs := []netip.Addr{netip.MustParseAddr("10.0.0.1")}
-		res, err := e.CloseWindow(ctx, who("src", 1, engine.SourceFrontend), []engine.Image{im}, "src", "dst", srcIPs, engine.FailedFromSource)
+		// Only the source's libvirt saying one-42 runs there with no job
+		// is knowledge that the migration ended (issue 18 item 2, model-C):
+		// every other answer refuses, fences nothing, keeps the claim.
+		before, _, err := e.ClaimOf(ctx, who("src", 1, engine.SourceFrontend))
+		if err != nil || before == nil {
+			t.Fatalf("claim before failmigrate: %+v %v", before, err)
+		}
+		for _, tc := range []struct {
+			name string
+			d    engine.Domain
+			said string
+		}{
+			{"not asked", engine.Domain{}, "libvirt on src was not asked"},
+			{"no answer", engine.Domain{Seen: engine.DomainNoAnswer, Said: "did not answer (virsh domstate one-42: no answer within 10s)"}, "libvirt on src did not answer (virsh domstate"},
+			{"domain gone", engine.Domain{Seen: engine.DomainAbsent, Said: "has no such domain"}, "the migration may have completed"},
+			{"shut off", engine.Domain{Seen: engine.DomainAbsent, Said: "shut off"}, "not running there (shut off)"},
+			{"job runs", engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobRunning, JobSaid: "Job type: Unbounded, Operation: Outgoing migration"}, "a job of the domain runs (Job type: Unbounded"},
+			{"job not answered", engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobNoAnswer, JobSaid: "virsh domjobinfo: exit status 1"}, "did not answer about the domain's job"},
+			{"job not asked", engine.Domain{Seen: engine.DomainActive, Said: "running"}, "was not asked about the domain's job"},
+		} {
+			w := who("src", 1, engine.SourceFrontend)
+			w.Domain = tc.d
+			_, err := e.CloseWindow(ctx, w, []engine.Image{im}, "src", "dst", srcIPs, engine.FailedFromSource)
+			var mu *engine.MigrationUnknownError
+			if !errors.As(err, &mu) || !strings.Contains(err.Error(), tc.said) || !strings.Contains(err.Error(), "nothing was fenced") {
+				t.Fatalf("%s: want a MigrationUnknownError saying %q, got %v", tc.name, tc.said, err)
+			}
+			if _, ok := f.Blocklisted(dst3); ok {
+				t.Fatalf("%s: the destination's copy was fenced", tc.name)
+			}
+			after, _, _ := e.ClaimOf(ctx, w)
+			if after == nil || after.Seq != before.Seq || after.Host != before.Host || !after.Updated.Equal(before.Updated) {
+				t.Fatalf("%s: the claim changed: %+v, was %+v", tc.name, after, before)
+			}
+		}
+		w := who("src", 1, engine.SourceFrontend)
+		w.Domain = engine.Domain{Seen: engine.DomainActive, Said: "paused", Job: engine.JobNone, JobSaid: "Job type: None"}
+		res, err := e.CloseWindow(ctx, w, []engine.Image{im}, "src", "dst", srcIPs, engine.FailedFromSource)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -96,6 +96,25 @@ func (e *DomainUnknownError) Error() string {
 		e.VM, e.Domain, e.Host, e.Said, e.Host, e.Domain)
 }
 
+// MigrationUnknownError: a failmigrate run on the source (the destination
+// cannot be reached) while the source's libvirt did not say that the VM's
+// domain runs there with no job: the migration it closes, or an earlier
+// attempt's, may still run or have completed onto the destination, whose
+// copy would then be the only one. Nothing is fenced; the claim and its
+// window stay.
+type MigrationUnknownError struct {
+	VM       int
+	Src, Dst string
+	Domain   string
+	Said     string // the source's libvirt's answer, in words
+}
+
+func (e *MigrationUnknownError) Error() string {
+	return fmt.Sprintf("VM %d: cannot tell whether the migration of %s from %s still runs: libvirt on %s %s; nothing was fenced and the claim's window stays open: "+
+		"check 'virsh -r domjobinfo %s' and 'virsh -r list --all' on %s and on %s, then retry ('onevm recover --retry', or --success / --failure by where the VM runs)",
+		e.VM, e.Domain, e.Src, e.Src, e.Said, e.Domain, e.Src, e.Dst)
+}
+
 // OtherVMError: the claim read is another VM's of the same id (another
 // OpenNebula installation sharing the claim pool, an earlier database of
 // the same front-end): not this VM's. The engine then uses the object of

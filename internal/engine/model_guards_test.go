@@ -88,6 +88,35 @@ func (w *world) libvirtAnswer(h int) engine.Domain {
 	return engine.Domain{Seen: engine.DomainAbsent, Said: "shut off"}
 }
 
+// sourceJobAnswer is what the host step of a failmigrate on the source
+// learns from libvirt there (internal/fencer/running.go jobAnswer): the
+// state of one-42 and, when it is active, whether a job of it runs (`virsh
+// domjobinfo`): a migration job runs while the domain it brings to another
+// host has not switched over. The mutant failmigrate-no-job-check answers
+// "running, no job" whatever libvirt has, as the failmigrate from the
+// source fenced without asking before (model-C).
+func (w *world) sourceJobAnswer(src int) engine.Domain {
+	if mutant("failmigrate-no-job-check") {
+		return engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobNone, JobSaid: "Job type: None"}
+	}
+	d := w.libvirtAnswer(src)
+	if d.Seen != engine.DomainActive {
+		return d
+	}
+	for h := range w.hosts {
+		if h == src || w.hosts[h].dom.from != src {
+			continue
+		}
+		switch w.hosts[h].dom.phase {
+		case phMigBegin, phPrepare, phOpen, phIncoming, phStarted:
+			d.Job, d.JobSaid = engine.JobRunning, "Job type: Unbounded, Operation: Outgoing migration"
+			return d
+		}
+	}
+	d.Job, d.JobSaid = engine.JobNone, "Job type: None"
+	return d
+}
+
 // feStart is the front-end's prestart: host step "start" on the chosen host
 // with the HISTORY SEQ; the step refuses without fencing when libvirt runs
 // the VM's domain there (wt-lifecycle internal/fencer/running.go).

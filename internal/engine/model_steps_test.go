@@ -451,7 +451,7 @@ func (w *world) steps(b bound) []step {
 					// (src/vmm_mad/remotes/kvm/migrate:93-97,305-307 of
 					// release-7.4.0): a domain another job is bringing in
 					// there is gone with it.
-					if w.hosts[dst].dom.phase != phNone && !w.hosts[dst].cut {
+					if w.hosts[dst].dom.phase != phNone && !w.hosts[dst].cut && !w.hosts[dst].feCut {
 						w.killDom(dst)
 					}
 					w.op.stage = stFailmigrate
@@ -486,22 +486,34 @@ func (w *world) steps(b bound) []step {
 				src, dst := w.op.src, w.op.host
 				// internal/fencer/do.go:131-135: on dst, or on src when dst cannot be reached.
 				on, outcome := dst, engine.Failed
-				if w.hosts[dst].cut {
+				if w.hosts[dst].cut || w.hosts[dst].feCut {
 					on, outcome = src, engine.FailedFromSource
 				}
 				if w.hosts[on].cut {
 					o.sayf("unreachable: failmigrate failed")
 				} else {
 					who := w.who(on, w.op.seq, engine.SourceFrontend)
+					if outcome == engine.FailedFromSource {
+						// internal/fencer/running.go jobAnswer: the
+						// source's libvirt on one-42 and its job.
+						who.Domain = w.sourceJobAnswer(src)
+					}
 					_, _ = w.call(o, crash, engine.SourceFrontend, "failmigrate", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
 						return e.CloseWindow(ctx, who, w.imgsOf(c), mHosts[src], mHosts[dst], []netip.Addr{mIP(on)}, outcome)
 					})
 					// A failmigrate runs after a known failure of the
-					// action's own virsh migrate; the job fenced here is an
+					// action's own virsh migrate; a job fenced here is an
 					// earlier attempt's (recover --retry of a migration whose
 					// action was abandoned, the retry failing at once while
-					// kvm/migrate's cleanup_host could not reach dst).
-					w.checkMidMigration(o, dst, "model-C")
+					// kvm/migrate's cleanup_host could not reach dst). From
+					// the source it is refused unless libvirt there says
+					// no job runs; on dst (the host came back) it is not
+					// asked yet: model-C.
+					class := "model-C"
+					if outcome == engine.FailedFromSource {
+						class = ""
+					}
+					w.checkMidMigration(o, dst, class)
 				}
 				w.migrateReverted(o)
 			}})
@@ -1032,6 +1044,14 @@ func (w *world) steps(b bound) []step {
 						}
 					}
 				}})
+		}
+		if w.feat.feCut && !w.hosts[h].feCut && !w.hosts[h].cut && w.budget.faults < b.faults {
+			add(step{name: fmt.Sprintf("FAULT: %s cut off from the front-end only (Ceph and the migration stream reach it)", mHosts[h]), budget: bFault,
+				run: func(w *world, o *stepOut, _ int) { w.hosts[h].feCut = true }})
+		}
+		if w.hosts[h].feCut {
+			add(step{name: fmt.Sprintf("%s: the front-end reaches it again", mHosts[h]),
+				run: func(w *world, o *stepOut, _ int) { w.hosts[h].feCut = false }})
 		}
 		if w.hosts[h].silent {
 			add(step{name: fmt.Sprintf("%s: libvirtd answers again", mHosts[h]),

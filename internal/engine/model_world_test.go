@@ -76,6 +76,10 @@ type features struct {
 	// outlive: a live migration outlives the front-end's migrate action
 	// (its ssh to the source ends; the job goes on).
 	outlive bool
+	// feCut: a host is cut off from the front-end only: Ceph and the
+	// other host (the migration stream) still reach it (issue 18 item 2,
+	// the retry: model-C).
+	feCut bool
 	// hookOnly: the root's claim was written by the hook alone (the VM
 	// started while only the hooks were installed, or after claim reset).
 	hookOnly bool
@@ -205,6 +209,9 @@ type hostState struct {
 	cut      bool // cut off from Ceph and from the front-end
 	// silent: libvirtd does not answer (down, restarting, hung); QEMU runs on
 	silent bool
+	// feCut: the front-end cannot reach the host (features.feCut); only
+	// the migrate action's steps and kvm/migrate's cleanup_host heed it.
+	feCut bool
 }
 
 // inst is one QEMU process of the VM: one Ceph client.
@@ -805,6 +812,9 @@ func (w *world) String() string {
 		if hs.cut {
 			b.WriteString("(CUT OFF)")
 		}
+		if hs.feCut {
+			b.WriteString("(NO SSH)")
+		}
 		if hs.dom.phase != phNone {
 			fmt.Fprintf(&b, " one-42(%s) %s", fileName(hs.dom.ident), phaseNames[hs.dom.phase])
 		}
@@ -845,6 +855,9 @@ func (w *world) key() string {
 	fmt.Fprintf(&b, "%v|%d|%+v|%+v|", w.hist, w.lcm, w.op, w.budget)
 	for h, hs := range w.hosts {
 		fmt.Fprintf(&b, "%+v m%v u%v c%v s%v %s;", hs.dom, w.markFresh(h), hs.markUsed, hs.cut, hs.silent, w.windowKey(hs.markWin))
+		if hs.feCut {
+			b.WriteString("F;")
+		}
 	}
 	for _, in := range w.insts {
 		fmt.Fprintf(&b, "%d %s %s %d %v %v %s %v %v %d;", in.host, in.addr, in.addr1, in.seq, in.running, in.gone, in.how, in.fromMig, in.byFE, in.ident)

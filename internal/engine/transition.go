@@ -517,6 +517,16 @@ func closeWindow(prev *Claim, ev Event) Ready {
 		// claim's instance is newer and must not be fenced.
 		return Ready{Refusal: &NewerDeployError{VM: w.VM, Ours: w.Seq, Recorded: *prev}}
 	}
+	if ev.Outcome == FailedFromSource && !(w.Domain.Seen == DomainActive && w.Domain.Job == JobNone) {
+		// Fencing every client that is not on the source is right only
+		// when the source's libvirt says the VM runs there and no
+		// migration job of it does: a failmigrate of a retried migration
+		// (onevm recover --retry of a migration whose action was
+		// abandoned, LifeCycleActions.cc:1796 of release-7.4.0) runs
+		// while the first attempt's virsh migrate may still complete
+		// onto the destination (model-C).
+		return Ready{Refusal: &MigrationUnknownError{VM: w.VM, Src: src, Dst: dst, Domain: domainName(w.VM), Said: jobSaid(w.Domain)}}
+	}
 	scope := Scope{HostIPs: ev.Here}
 	next := &Claim{Seq: w.Seq, Source: w.Source, State: StateRunning}
 	if prev != nil && (next.Seq < 0 || prev.Seq > next.Seq) {
@@ -794,4 +804,24 @@ func instanceOf(next, prev *Claim, w Who) int64 {
 		return prev.Instance
 	}
 	return 0
+}
+
+// jobSaid puts what the source's libvirt said about the VM's domain and
+// its job in words, for a MigrationUnknownError.
+func jobSaid(d Domain) string {
+	switch {
+	case d.Seen == DomainUnasked:
+		return "was not asked"
+	case d.Seen == DomainNoAnswer:
+		return d.Said
+	case d.Seen == DomainAbsent:
+		return "says the domain is not running there (" + d.Said + "): the migration may have completed"
+	case d.Seen != DomainActive:
+		return "says the domain is " + d.Said + " there"
+	case d.Job == JobRunning:
+		return "says a job of the domain runs (" + d.JobSaid + ")"
+	case d.Job == JobNoAnswer:
+		return "did not answer about the domain's job (" + d.JobSaid + ")"
+	}
+	return "was not asked about the domain's job"
 }

@@ -24,6 +24,9 @@ import (
 // never does: libvirtd waits for it, and starts the domain itself). Other
 // steps are not asked.
 func domainAnswer(ctx context.Context, cfg *config.Config, req *hoststep.Request) engine.Domain {
+	if failmigrateFromSource(req) {
+		return jobAnswer(ctx, cfg, req)
+	}
 	if req.Op != hoststep.OpStart || req.Source != engine.SourceFrontend {
 		return engine.Domain{}
 	}
@@ -46,6 +49,52 @@ func answerOf(st domstate.State, err error) engine.Domain {
 		return engine.Domain{Seen: engine.DomainAbsent, Said: string(st)}
 	}
 	return engine.Domain{Seen: engine.DomainActive, Said: string(st)}
+}
+
+// failmigrateFromSource reports whether req is the front-end's failmigrate
+// run on the source because the destination cannot be reached
+// (engine.FailedFromSource: every client that is not on the source is
+// fenced).
+func failmigrateFromSource(req *hoststep.Request) bool {
+	return req.Op == hoststep.OpFailmigrate && req.Source == engine.SourceFrontend && req.Host == req.Src && req.Src != req.Dst
+}
+
+// jobAnswer asks libvirt on the source, for a failmigrate from the source,
+// what `one-<VM>` is there and, when it is active, whether a job of it
+// runs (`virsh --readonly domjobinfo`, read-only, each within
+// timeouts.connect): the engine fences the clients off the source only
+// when the domain runs there and no migration job of it does (a retried
+// migration's failmigrate while the abandoned first attempt's virsh
+// migrate may still complete onto the destination). opennebula.remote:
+// local is no answer.
+func jobAnswer(ctx context.Context, cfg *config.Config, req *hoststep.Request) engine.Domain {
+	if req.Local {
+		return engine.Domain{Seen: engine.DomainNoAnswer, Said: "was not asked: opennebula.remote is local, the step runs on the front-end"}
+	}
+	name := "one-" + strconv.Itoa(req.VM)
+	d := answerOf(domstate.Query(ctx, name, time.Duration(cfg.Timeouts.Connect)))
+	if d.Seen != engine.DomainActive && d.Seen != engine.DomainAsleep {
+		return d
+	}
+	d.Seen = engine.DomainActive // a guest asleep is active: its QEMU runs
+	j, err := domstate.QueryJob(ctx, name, time.Duration(cfg.Timeouts.Connect))
+	return jobOf(d, j, err)
+}
+
+// jobOf adds virsh domjobinfo's answer to d (libvirt's answer that the
+// domain is active).
+func jobOf(d engine.Domain, j domstate.Job, err error) engine.Domain {
+	switch {
+	case err != nil:
+		d.Job, d.JobSaid = engine.JobNoAnswer, err.Error()
+	case j.Type == "":
+		d.Job, d.JobSaid = engine.JobNoAnswer, "the domain was gone when asked for its job"
+	case j.Idle():
+		d.Job, d.JobSaid = engine.JobNone, j.String()
+	default:
+		d.Job, d.JobSaid = engine.JobRunning, j.String()
+	}
+	return d
 }
 
 // learnInstance gives the front-end's premigrate, run on the source host,

@@ -85,3 +85,54 @@ func TestDomainAnswer(t *testing.T) {
 		})
 	}
 }
+
+// A failmigrate from the source (the destination cannot be reached) asks
+// the source's libvirt for one-N's state and job; only "running (or
+// paused), Job type: None" is the engine's knowledge that no migration of
+// it runs (issue 18 item 2, model-C). Other steps and the failmigrate on
+// the destination are not asked.
+func TestJobAnswer(t *testing.T) {
+	dir := t.TempDir()
+	write := func(state, job string) {
+		script := "#!/bin/sh\ncase \"$4\" in\ndomstate) " + state + ";;\ndomjobinfo) " + job + ";;\n*) exit 9;;\nesac\n"
+		if err := os.WriteFile(filepath.Join(dir, "virsh"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir+":"+os.Getenv("PATH"))
+	cfg := testConfig()
+	cfg.Timeouts.Connect = config.Duration(500 * time.Millisecond)
+	fail := &hoststep.Request{Op: hoststep.OpFailmigrate, VM: 42, Seq: 3, Host: "h1", Src: "h1", Dst: "h2", Source: engine.SourceFrontend}
+	const idle, migrating = "printf 'Job type:         None        \\n\\n'", "printf 'Job type:         Unbounded   \\nOperation:        Outgoing migration\\n\\n'"
+	for _, tc := range []struct {
+		name         string
+		state, job   string
+		req          hoststep.Request
+		seen         engine.DomainSeen
+		jobSeen      engine.JobSeen
+		said, jobSay string
+	}{
+		{"running, no job", "echo running", idle, *fail, engine.DomainActive, engine.JobNone, "running", "Job type: None"},
+		{"paused, no job", "echo paused", idle, *fail, engine.DomainActive, engine.JobNone, "paused", "Job type: None"},
+		{"migration runs", "echo running", migrating, *fail, engine.DomainActive, engine.JobRunning, "running", "Outgoing migration"},
+		{"job not answered", "echo running", "echo 'error: failed to connect to the hypervisor' >&2; exit 1", *fail, engine.DomainActive, engine.JobNoAnswer, "running", "failed to connect"},
+		{"job hung", "echo running", "exec sleep 30", *fail, engine.DomainActive, engine.JobNoAnswer, "running", "no answer"},
+		{"gone before the job", "echo running", "echo 'error: failed to get domain one-42' >&2; exit 1", *fail, engine.DomainActive, engine.JobNoAnswer, "running", "gone"},
+		{"absent", "echo 'error: failed to get domain one-42' >&2; exit 1", idle, *fail, engine.DomainAbsent, engine.JobUnasked, "no such domain", ""},
+		{"shut off", "echo 'shut off'", idle, *fail, engine.DomainAbsent, engine.JobUnasked, "shut off", ""},
+		{"libvirtd down", "echo 'error: failed to connect to the hypervisor' >&2; exit 1", idle, *fail, engine.DomainNoAnswer, engine.JobUnasked, "failed to connect", ""},
+		{"remote local", "echo running", idle, func() hoststep.Request { r := *fail; r.Local = true; return r }(), engine.DomainNoAnswer, engine.JobUnasked, "opennebula.remote is local", ""},
+		{"failmigrate on dst", "echo running", idle, func() hoststep.Request { r := *fail; r.Host = "h2"; return r }(), engine.DomainUnasked, engine.JobUnasked, "", ""},
+		{"postmigrate", "echo running", idle, func() hoststep.Request { r := *fail; r.Op = hoststep.OpPostmigrate; return r }(), engine.DomainUnasked, engine.JobUnasked, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			write(tc.state, tc.job)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			got := domainAnswer(ctx, cfg, &tc.req)
+			if got.Seen != tc.seen || got.Job != tc.jobSeen || !strings.Contains(got.Said, tc.said) || !strings.Contains(got.JobSaid, tc.jobSay) {
+				t.Fatalf("got %+v, want %v/%v saying %q/%q", got, tc.seen, tc.jobSeen, tc.said, tc.jobSay)
+			}
+		})
+	}
+}

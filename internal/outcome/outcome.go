@@ -75,6 +75,7 @@ var classes = []struct {
 	{Refused, is[*engine.MigrationOpenError]},
 	// No answer from libvirt is no knowledge: retry once it answers.
 	{Unavailable, is[*engine.DomainUnknownError]},
+	{Unavailable, is[*engine.MigrationUnknownError]},
 	// oned: an unknown VM or host is bad input; oned out of reach or
 	// refusing our credentials means the check cannot be done.
 	{Usage, isErr(opennebula.ErrNotFound)},
