@@ -258,6 +258,11 @@ func TestOneSession(t *testing.T) {
 			req := &hoststep.Request{Op: hoststep.OpStart, VM: 42, Seq: 1, Host: "node1", Run: "r", Source: "frontend"}
 			act := remoteStart{vm: 42, what: "deploy", argv: []string{deploy}, stdin: []byte("<domain/>"), stdout: &stdout}
 			code, fallback, err := e.oneSession(context.Background(), res, req, act)
+			if tc.wantStdout != "" {
+				// An admitted start leaves the record running in the
+				// background: wait for it before the directory goes.
+				waitFor(t, filepath.Join(dir, "record"))
+			}
 			if fallback != tc.wantFallback || (err != nil) != tc.wantErr {
 				t.Fatalf("code %d fallback %v err %v\nstderr %s", code, fallback, err, stderr.String())
 			}
@@ -321,5 +326,15 @@ func TestOneSessionTooLong(t *testing.T) {
 	code, fallback, err := e.oneSession(context.Background(), res, req, remoteStart{vm: 42, what: "deploy", argv: []string{"/x/deploy"}, stdout: io.Discard})
 	if !fallback || err != nil || code != -1 {
 		t.Fatalf("code %d fallback %v err %v, want a fallback", code, fallback, err)
+	}
+}
+
+// waitFor waits (up to a minute) until path exists.
+func waitFor(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !fileExists(path); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not appear within a minute", path)
+		}
 	}
 }
