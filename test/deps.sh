@@ -14,8 +14,8 @@ PKGS=(
 	qemu-system-x86 qemu-block-extra
 	# hosts reached over ssh, network namespaces, process tools, flock
 	openssh-server openssh-client iproute2 procps util-linux
-	# package tests: rpm, rpm2archive, rpm2cpio
-	rpm
+	# package tests: rpm, rpm2archive, rpm2cpio; the linters of both formats
+	rpm lintian rpmlint
 )
 
 missing() {
