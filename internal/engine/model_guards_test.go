@@ -80,7 +80,7 @@ func (w *world) feStart(o *stepOut, crash int, h, seq int, file int64) error {
 		return errCrashed
 	}
 	who := w.who(h, seq, engine.SourceFrontend)
-	who.Instance = file // Deploy passes the deployment file's (internal/frontend/startactions.go)
+	who.Instance = file // Deploy passes the deployment file's (internal/frontend/deploy.go)
 	_, err := w.call(o, crash, engine.SourceFrontend, "prestart", func(e *engine.Engine) (*engine.ClaimResult, error) {
 		return e.Start(ctx, who, mImgs, false)
 	})

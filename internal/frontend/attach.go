@@ -1,7 +1,6 @@
 package frontend
 
 import (
-	"bytes"
 	"context"
 	"encoding/xml"
 	"errors"
@@ -57,39 +56,6 @@ func ParseAttachArgs(args []string) (AttachArgs, error) {
 		return a, errorf(outcome.Usage, vm, "no disk target; %s", usage)
 	}
 	return a, nil
-}
-
-// actionVM returns the <VM> element of a VMM driver action document.
-func actionVM(doc []byte) ([]byte, error) {
-	dec := xml.NewDecoder(bytes.NewReader(doc))
-	depth := 0
-	var start int64 = -1
-	for {
-		off := dec.InputOffset()
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("not well-formed XML: %s", clip(err.Error()))
-		}
-		switch t := tok.(type) {
-		case xml.StartElement:
-			if depth == 0 && t.Name.Local != "VMM_DRIVER_ACTION_DATA" {
-				return nil, fmt.Errorf("stdin is a <%s> document, want <VMM_DRIVER_ACTION_DATA>", clip(t.Name.Local))
-			}
-			if depth == 1 && t.Name.Local == "VM" && start < 0 {
-				start = off
-			}
-			depth++
-		case xml.EndElement:
-			depth--
-			if depth == 1 && t.Name.Local == "VM" && start >= 0 {
-				return doc[start:dec.InputOffset()], nil
-			}
-		}
-	}
-	return nil, errors.New("the driver action has no <VM>")
 }
 
 // attachedIDs returns the DISK_IDs of the VM's DISKs marked ATTACH=YES (the

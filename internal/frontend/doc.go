@@ -21,8 +21,8 @@
 // timeout. --config is left out for the default /etc/one/rbdfence.yaml,
 // so that a host without that file uses the built-in defaults (Ceph access
 // from the VM's disks), as the libvirt hook does. Premigrate runs on the
-// source; the wrapped remote deploy/restore and original TM scripts are
-// bounded by timeouts.action.
+// source; the wrapped remote deploy, restore and attach_disk are bounded by
+// timeouts.action, the real live migration by nothing of ours (MigrateVMM).
 //
 // # Contracts (what oned passes)
 //
@@ -40,13 +40,41 @@
 // metadata it is <datastore_location>/<system DS>/<vmid>/<basename>.
 // Restore is the same with <remote_dir>/vmm/kvm/restore and the driver
 // action XML. With the step on the host (remote: ssh) the check and the
-// action share one ssh session (remote.go: a constant script, the step's
+// action share one ssh session (session.go: a constant script, the step's
 // request and answer framed on stdin and stdout before the action's). When
-// the start check refuses, the remote action is not run. After a
+// the start check refuses, the remote action is not run; it runs only once
+// the front-end, having the admitting answer within the step's budget,
+// sends the go line (GoLine) and then the action's stdin. After a
 // successful deploy or restore the started instance's client addresses are
 // recorded in the VM's claim: by the host in the background after the
 // action in that session (a failure goes to the host's audit log and
 // syslog), or by a separate record step when the check ran elsewhere.
+//
+// # Files, in the order a request walks them
+//
+// A deploy's stdin goes forward through the files:
+//
+//   - actioninput.go: what every action gets from oned (the base64 stdin,
+//     the driver action XML's <VM>, VM ids and host names in argv);
+//   - deploy.go, restore.go, attach.go, migrateaction.go: the actions, each
+//     with its argv contract (deploy also reads vm.xml and ds.xml next to
+//     the local deployment file);
+//   - prestart.go: the start check, from reading the VM in oned to the
+//     host's answer (audit, events, refusal, fence.fail_open);
+//   - session.go: how a start reaches its host: the check and the action
+//     in one ssh session, or as separate commands when they cannot share
+//     one (and the record of the new instance's client addresses);
+//     migratestep.go: the migration's premigrate/postmigrate/failmigrate
+//     steps;
+//   - hoststep.go: one host step by itself (over ssh or, with remote:
+//     local, on the front-end), its budget and its "no answer" errors;
+//   - ssh.go: the ssh argv (quoting, options) and a remote command run
+//     through it; proc.go: a child process run with a deadline, its whole
+//     process group killed at the end.
+//
+// env.go (the configuration and streams), errors.go, log.go and exit.go
+// serve every step; collect.go (host spools to oned) and onedconf.go
+// (oned.conf's VM_MAD ARGUMENTS) are their own flows.
 //
 // # Exit codes of the drivers
 //
@@ -65,6 +93,10 @@
 //     oned rolls back. fence.fail_open does not apply: a refused migration
 //     loses nothing, going on would let the destination's hook fence the
 //     running source.
+//   - the real migration's outcome is unknown (the action was stopped while
+//     it ran; ssh to the source ended with 255): nothing is fenced, the
+//     window stays open, exit 3. There is no time limit of ours on it:
+//     virsh migrate on the source outlives our ssh.
 //   - the real migration fails: its copy on the destination is fenced and
 //     the window closed (failmigrate step); the exit code is the
 //     migration's own. When the destination cannot be reached over ssh the

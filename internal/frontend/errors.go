@@ -43,3 +43,24 @@ func oneLine(s string) string {
 	}
 	return s
 }
+
+// clip shortens s for messages and keeps it on one line.
+func clip(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "no error output"
+	}
+	return s
+}

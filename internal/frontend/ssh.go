@@ -1,0 +1,77 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// sshArgv returns the local argv that runs remote (a word list, quoted
+// here) on host: <opennebula.ssh> -o BatchMode=yes -o ConnectTimeout=N host
+// 'word' 'word'... BatchMode keeps ssh from waiting for a password.
+func (e *Env) sshArgv(host string, remote []string) ([]string, error) {
+	return e.sshArgvOpts(host, remote)
+}
+
+// sshArgvOpts is sshArgv with extra ssh options (pairs such as "-o",
+// "ForwardAgent=yes") before the host.
+func (e *Env) sshArgvOpts(host string, remote []string, opts ...string) ([]string, error) {
+	if err := checkHost("host", host); err != nil {
+		return nil, err
+	}
+	ct := int(time.Duration(e.Cfg.Timeouts.SSH) / time.Second)
+	if ct < 1 {
+		ct = 1
+	}
+	argv := strings.Fields(e.Cfg.OpenNebula.SSH)
+	argv = append(argv, "-o", "BatchMode=yes", "-o", "ConnectTimeout="+strconv.Itoa(ct))
+	// Share the persistent connection of oneadmin's ssh config, as the ssh
+	// wrapper on oned's PATH does for every driver: ControlMaster from
+	// $SSH_OPT_CONTROL_MASTER, auto when unset (share/ssh/bin/ssh:36 and
+	// :98 of release-7.4.0), unless one is given; ControlPath
+	// /run/one/ssh-socks/ctl-M-%C.sock and ControlPersist 70s come from
+	// oneadmin's ~/.ssh/config (share/ssh/etc/config:26-28). The host name
+	// is the one oned gives the drivers, so %C names the same socket and
+	// the drivers' master connection carries our sessions. Without a
+	// ControlPath in the config ssh ignores it.
+	if !strings.Contains(strings.ToLower(strings.Join(append(argv, opts...), " ")), "controlmaster") {
+		cm := os.Getenv("SSH_OPT_CONTROL_MASTER")
+		if cm == "" {
+			cm = "auto"
+		}
+		argv = append(argv, "-o", "ControlMaster="+cm)
+	}
+	argv = append(argv, opts...)
+	argv = append(argv, host, shellJoin(remote))
+	return argv, nil
+}
+
+// shellQuote quotes s for a POSIX shell (ssh hands its command to the
+// remote user's shell): nothing inside single quotes is interpreted.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'"
+}
+
+// shellJoin quotes every word of argv.
+func shellJoin(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = shellQuote(a)
+	}
+	return strings.Join(q, " ")
+}
+
+// remoteAction runs remote (a word list) on host over ssh with stdin, and
+// streams its stdout and stderr to the given writers. It returns the exit
+// code of ssh, which is the remote command's (255: ssh itself failed).
+func (e *Env) remoteAction(ctx context.Context, host string, remote []string, stdin []byte, stdout, stderr io.Writer) (int, error) {
+	argv, err := e.sshArgv(host, remote)
+	if err != nil {
+		return -1, err
+	}
+	return run(ctx, proc{argv: argv, stdin: bytes.NewReader(stdin), stdout: stdout, stderr: stderr, timeout: time.Duration(e.Cfg.Timeouts.Action)})
+}
