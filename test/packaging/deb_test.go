@@ -201,11 +201,11 @@ func (r *root) wantTimer() {
 	}
 }
 
-// TestDebFrontend: the front-end packages on a stand-in OpenNebula: every
+// TestFrontendDeb: the front-end packages on a stand-in OpenNebula: every
 // file at its path and owned (dpkg -S), the timer enabled, the VM_MAD
 // change shown, not made; rbdfence-onedconf --apply makes it; the removal
 // undoes it byte for byte; the purge leaves the tree as it was.
-func TestDebFrontend(t *testing.T) {
+func TestFrontendDeb(t *testing.T) {
 	t.Parallel()
 	p := release(t)
 	r := newRoot(t)
@@ -268,9 +268,9 @@ func TestDebFrontend(t *testing.T) {
 	sameTree(t, "after purge", before, r.snapshot())
 }
 
-// TestDebHost: the host packages next to another product's hook: the hook
+// TestHostDeb: the host packages next to another product's hook: the hook
 // link and binary in place and owned, the tree as it was after the purge.
-func TestDebHost(t *testing.T) {
+func TestHostDeb(t *testing.T) {
 	t.Parallel()
 	p := release(t)
 	r := newRoot(t)
@@ -295,11 +295,11 @@ func TestDebHost(t *testing.T) {
 	sameTree(t, "after purge", before, r.snapshot())
 }
 
-// TestDebAllInOne: a front-end that is also a KVM host takes all three
+// TestAllInOneDeb: a front-end that is also a KVM host takes all three
 // packages (no file is in two); removing one role leaves the other; the
 // purge leaves the tree as it was: no /var/lib/rbdfence, and the empty hook
 // directory that was there before is there again.
-func TestDebAllInOne(t *testing.T) {
+func TestAllInOneDeb(t *testing.T) {
 	t.Parallel()
 	p := release(t)
 	r := newRoot(t)
@@ -329,10 +329,10 @@ func TestDebAllInOne(t *testing.T) {
 	sameTree(t, "after purge", before, r.snapshot())
 }
 
-// TestDebNoOpenNebula: the front-end package where there is no OpenNebula
+// TestNoOpenNebulaDeb: the front-end package where there is no OpenNebula
 // completes (no half-configured package: apt's exit 100), says so, and
 // rbdfence doctor names what is missing; the purge leaves nothing.
-func TestDebNoOpenNebula(t *testing.T) {
+func TestNoOpenNebulaDeb(t *testing.T) {
 	t.Parallel()
 	p := release(t)
 	r := newRoot(t)
@@ -350,10 +350,10 @@ func TestDebNoOpenNebula(t *testing.T) {
 	sameTree(t, "after purge", before, r.snapshot())
 }
 
-// TestDebUncoverable: a kvm VM_MAD whose ARGUMENTS run another local
+// TestUncoverableDeb: a kvm VM_MAD whose ARGUMENTS run another local
 // deploy cannot be covered: the install still completes and names it;
 // rbdfence-onedconf --apply refuses and changes nothing.
-func TestDebUncoverable(t *testing.T) {
+func TestUncoverableDeb(t *testing.T) {
 	t.Parallel()
 	p := release(t)
 	r := newRoot(t)
@@ -373,12 +373,12 @@ func TestDebUncoverable(t *testing.T) {
 	}
 }
 
-// TestDebUpgrade: the previous release's packages (which put their files in
+// TestUpgradeDeb: the previous release's packages (which put their files in
 // place by script) are upgraded to this tree's, with the VM_MAD change
 // applied and the config edited: afterwards every file is owned by its
 // package and nothing of the scripts' is left, oned.conf still runs the
 // actions, the edit is kept; removal and purge give the tree back.
-func TestDebUpgrade(t *testing.T) {
+func TestUpgradeDeb(t *testing.T) {
 	t.Parallel()
 	a, b := previous(t), release(t)
 	if _, _, code := run(t, "", nil, "dpkg", "--compare-versions", b.version, "gt", a.version); code != 0 {
