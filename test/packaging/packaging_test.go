@@ -431,7 +431,7 @@ func opennebula(t *testing.T, base string) {
 	writeFile(t, filepath.Join(base, "var/lib/one/remotes/vmm/kvm/deploy"), "#!/bin/bash\n# OpenNebula's vmm/kvm/deploy\n", 0o755)
 	writeFile(t, filepath.Join(base, "var/lib/one/remotes/hooks/ft/host_error.rb"), "# OpenNebula's host_error.rb\n", 0o755)
 	if _, err := os.Stat(filepath.Join(base, "etc/one")); os.IsNotExist(err) {
-		if err := os.Mkdir(filepath.Join(base, "etc/one"), 0o750); err != nil {
+		if err := os.MkdirAll(filepath.Join(base, "etc/one"), 0o750); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Chmod(filepath.Join(base, "etc/one"), 0o750); err != nil {
