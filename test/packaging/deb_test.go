@@ -32,51 +32,14 @@ type root struct {
 // libsStatus: the libraries the packages depend on, as Debian 12 has them,
 // so that dpkg installs without --force-depends and configures in
 // dependency order, as on a real machine.
-const libsStatus = `Package: libc6
-Status: install ok installed
-Priority: optional
-Section: libs
-Maintainer: stand-in
-Architecture: amd64
-Version: 2.36-9+deb12u14
-Description: stand-in
-
-Package: libgcc-s1
-Status: install ok installed
-Priority: optional
-Section: libs
-Maintainer: stand-in
-Architecture: amd64
-Version: 12.2.0-14+deb12u1
-Description: stand-in
-
-Package: libstdc++6
-Status: install ok installed
-Priority: optional
-Section: libs
-Maintainer: stand-in
-Architecture: amd64
-Version: 12.2.0-14+deb12u1
-Description: stand-in
-
-Package: librados2
-Status: install ok installed
-Priority: optional
-Section: libs
-Maintainer: stand-in
-Architecture: amd64
-Version: 16.2.15+ds-0+deb12u2
-Description: stand-in
-
-Package: librbd1
-Status: install ok installed
-Priority: optional
-Section: libs
-Maintainer: stand-in
-Architecture: amd64
-Version: 16.2.15+ds-0+deb12u2
-Description: stand-in
-`
+var libsStatus = func() string {
+	var b strings.Builder
+	for _, l := range [][2]string{{"libc6", "2.36-9+deb12u14"}, {"libgcc-s1", "12.2.0-14+deb12u1"}, {"libstdc++6", "12.2.0-14+deb12u1"},
+		{"librados2", "16.2.15+ds-0+deb12u2"}, {"librbd1", "16.2.15+ds-0+deb12u2"}} {
+		fmt.Fprintf(&b, "Package: %s\nStatus: install ok installed\nPriority: optional\nSection: libs\nMaintainer: stand-in\nArchitecture: amd64\nVersion: %s\nDescription: stand-in\n\n", l[0], l[1])
+	}
+	return b.String()
+}()
 
 // newRoot makes a scratch root: dpkg's database with status (libsStatus
 // unless given), and systemd's unit directories as a Debian system has them
