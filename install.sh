@@ -102,8 +102,8 @@ sha() { sha256sum "$1" | cut -c1-64; }
 #   conf   PATH SHA256         did not exist: removed unless edited since
 #   backup PATH FILE           existed: restored from FILE
 #   moved  PATH TO             the site's legacy hook, moved to TO: moved back
-# A path both parts created (the logrotate file, /var/lib/rbdfence) is in
-# both manifests and goes with the last part uninstalled.
+# A path both parts created (/var/lib/rbdfence) is in both manifests and
+# goes with the last part uninstalled.
 
 record() {
 	local IFS=$'\t'
