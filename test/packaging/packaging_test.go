@@ -101,6 +101,7 @@ func (e entry) content(t *testing.T, bin string) []byte {
 // pkgs is one build of the three packages.
 type pkgs struct {
 	version string // without the release
+	tree    string // the source tree
 	bin     string // the binaries packaged
 	deb     map[string]string
 	rpm     map[string]string
@@ -142,6 +143,7 @@ func release(t *testing.T) *pkgs {
 	bin := tempDir(t, "bin")
 	mustRunIn(t, testenv.Root(), nil, "make", "--no-print-directory", "build", "BIN="+bin)
 	p := packageIn(t, testenv.Root(), bin, "", "deb rpm")
+	p.tree = testenv.Root()
 	builds["release"] = p
 	return p
 }
@@ -163,6 +165,7 @@ func previous(t *testing.T) *pkgs {
 	mustRunIn(t, src, nil, "make", "--no-print-directory", "build")
 	n := strings.TrimSpace(mustRun(t, "git", "-C", testenv.Root(), "rev-list", "--count", previousRelease))
 	p := packageIn(t, src, filepath.Join(src, "bin"), "v0.0.0-"+n+"-g"+previousRelease[:7], "deb rpm")
+	p.tree = src
 	builds["previous"] = p
 	return p
 }

@@ -166,3 +166,38 @@ func TestInstallBothParts(t *testing.T) {
 		})
 	}
 }
+
+// TestInstallOverPrevious: a checkout install of the previous release (its
+// own install.sh, both parts, the VM_MAD change applied) updated by this
+// tree's install.sh, then uninstalled by it: OpenNebula's and libvirt's
+// files are back exactly as before the first install.
+func TestInstallOverPrevious(t *testing.T) {
+	t.Parallel()
+	a, b := previous(t), release(t)
+	base := t.TempDir()
+	opennebula(t, base)
+	writeFile(t, filepath.Join(base, "etc/libvirt/hooks/qemu.d/50-other"), "#!/bin/sh\nexit 0\n", 0o755)
+	writeFile(t, filepath.Join(base, "etc/systemd/system/rbdfence-events.timer"), "[Timer]\nOnCalendar=hourly\n", 0o600) // an admin's own
+	before := snapshot(t, base, everything)
+	inst := func(p *pkgs, args ...string) string {
+		t.Helper()
+		return mustRunIn(t, "", []string{"RBDFENCE_BIN=" + p.bin}, "bash", append([]string{filepath.Join(p.tree, "install.sh")}, append(args, "--prefix", base)...)...)
+	}
+	inst(a, "frontend", "--apply")
+	inst(a, "host")
+	applied := string(readFile(t, filepath.Join(base, "etc/one/oned.conf")))
+	if !strings.Contains(applied, appliedArgs) {
+		t.Fatalf("the previous install.sh --apply:\n%s", applied)
+	}
+	if out := inst(b, "frontend", "--apply"); !strings.Contains(out, "already runs the rbdfence local actions") {
+		t.Fatalf("install.sh frontend --apply over the previous install:\n%s", out)
+	}
+	inst(b, "host")
+	wantGone(t, base, "var/lib/rbdfence/install-frontend/created")
+	if got := string(readFile(t, filepath.Join(base, "etc/one/oned.conf"))); got != applied {
+		t.Fatalf("oned.conf changed:\n%s", got)
+	}
+	inst(b, "host", "--uninstall")
+	inst(b, "frontend", "--uninstall")
+	sameTree(t, "after the uninstall", before, snapshot(t, base, everything))
+}
