@@ -199,6 +199,8 @@ open_state() {
 	fi
 }
 
+OLD_DEFAULT_CONFIG=955a09464d1df7b1da157a781a38dc669b257416cd68e7ee12237a1108d3e71d
+
 # adopt_created: an rbdfence before this one recorded the front-end's files
 # as a list of created paths (and kept an admin's units in units/): they
 # become manifest records. The oned.conf record and the copies of
@@ -211,7 +213,9 @@ adopt_created() {
 		if [[ $p == "$REMOTES/vmm/kvm/"*-rbdfence && ! $p =~ /(deploy|restore|migrate|attach)-rbdfence$ ]]; then
 			continue
 		elif [[ $p == "$PREFIX/etc/one/rbdfence.yaml" ]]; then
-			record conf "$p" -
+			# Unedited if it is the default that install.sh wrote (one text in
+			# every release before: its sha256), kept at --uninstall if not.
+			if [[ -f $p && $(sha "$p") == "$OLD_DEFAULT_CONFIG" ]]; then record conf "$p" "$OLD_DEFAULT_CONFIG"; else record conf "$p" -; fi
 		elif [[ -d $p && ! -L $p ]]; then
 			record dir "$p"
 		else
