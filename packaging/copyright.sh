@@ -2,8 +2,9 @@
 # Print the copyright file of rbdfence's packages (Debian machine-readable
 # format, DEP-5): rbdfence itself (Apache-2.0, LICENSE), then every Go
 # module linked into the packaged binaries, with its own license text as
-# its module ships it (from `go list -deps` of the binaries: always the
-# modules of this build). package.sh writes it to
+# its module ships it and its NOTICE (from `go list -deps` of the binaries:
+# always the modules of this build); the Apache License 2.0's full text is
+# not repeated: on Debian it is /usr/share/common-licenses/Apache-2.0. package.sh writes it to
 # /usr/share/doc/<package>/copyright (deb) and /usr/share/licenses/<package>/
 # (rpm, %license).
 #
@@ -15,6 +16,25 @@ cd "$src"
 
 # indent: DEP-5 continuation lines (one leading space, "." for a blank line).
 indent() { sed -e 's/[[:space:]]*$//' -e 's/^$/./' -e 's/^/ /'; }
+
+# license_text FILE: the license text to quote: the Apache License 2.0's
+# full text (TERMS AND CONDITIONS ...) is not repeated, the Apache-2.0
+# paragraph at the end points to it (Debian: /usr/share/common-licenses).
+license_text() {
+	awk '
+		{ l[NR] = $0 }
+		END {
+			n = NR
+			for (i = 1; i <= NR; i++)
+				if (l[i] ~ /Apache License[[:space:]]*$/ && (l[i+1] ~ /Version 2\.0, January 2004/ || l[i+2] ~ /Version 2\.0, January 2004/)) { n = i - 1; break }
+			s = 1
+			while (s <= n && l[s] ~ /^[[:space:]]*$/) s++
+			e = n
+			while (e >= s && l[e] ~ /^[[:space:]]*$/) e--
+			for (i = s; i <= e; i++) print l[i]
+			if (e >= s && n < NR) print "\nThe Apache License, Version 2.0: see the License: Apache-2.0 paragraph at the end."
+		}' "$1"
+}
 
 # license_id FILE: the SPDX id of a module's license text.
 license_id() {
@@ -45,21 +65,6 @@ Source: https://github.com/rbdfence/rbdfence
 Files: *
 Copyright: 2026 The rbdfence authors
 License: Apache-2.0
- Licensed under the Apache License, Version 2.0 (the "License");
- you may not use this file except in compliance with the License.
- You may obtain a copy of the License at
- .
-     http://www.apache.org/licenses/LICENSE-2.0
- .
- Unless required by applicable law or agreed to in writing, software
- distributed under the License is distributed on an "AS IS" BASIS,
- WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
- See the License for the specific language governing permissions and
- limitations under the License.
- .
- On Debian systems the full text of the Apache License, Version 2.0 is in
- /usr/share/common-licenses/Apache-2.0; the packages also carry it
- (LICENSE in the source).
 HEAD
 
 # The Go standard library and runtime are in every binary.
@@ -81,7 +86,29 @@ go list -deps -tags pacific -f '{{with .Module}}{{.Path}} {{.Version}} {{.Dir}}{
 	}
 	holder=$(grep -m1 -E '^[[:space:]]*Copyright (\(c\)|\(C\)|©)? ?[0-9]' "$lic" | sed -e 's/^[[:space:]]*Copyright[[:space:]]*//' -e 's/^(c)[[:space:]]*//I' || true)
 	[[ -n $holder ]] || holder="the $path authors"
-	printf '\nFiles: vendor/%s/*\nCopyright: %s\nComment: Go module %s %s, linked into the binaries.\nLicense: %s\n' \
-		"$path" "$holder" "$path" "$version" "$(license_id "$lic")"
-	indent <"$lic"
+	printf '\nFiles: vendor/%s/*\nCopyright: %s\nComment: Go module %s %s, linked into the binaries.\n' "$path" "$holder" "$path" "$version"
+	[[ -f $dir/NOTICE ]] && { echo " Its NOTICE:"; indent <"$dir/NOTICE"; }
+	echo "License: $(license_id "$lic")"
+	text=$(license_text "$lic")
+	[[ -z $text ]] || printf '%s\n' "$text" | indent
 done
+
+cat <<'APACHE'
+
+License: Apache-2.0
+ Licensed under the Apache License, Version 2.0 (the "License");
+ you may not use this file except in compliance with the License.
+ You may obtain a copy of the License at
+ .
+     http://www.apache.org/licenses/LICENSE-2.0
+ .
+ Unless required by applicable law or agreed to in writing, software
+ distributed under the License is distributed on an "AS IS" BASIS,
+ WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+ See the License for the specific language governing permissions and
+ limitations under the License.
+ .
+ On Debian systems, the complete text of the Apache License, Version 2.0
+ can be found in "/usr/share/common-licenses/Apache-2.0"; the .rpm packages
+ carry it as /usr/share/licenses/<package>/LICENSE.
+APACHE

@@ -16,8 +16,8 @@ PKGS=(
 	openssh-server openssh-client iproute2 procps util-linux
 	# the README's undo reads claims with jq
 	jq
-	# package tests: rpm, rpm2archive, rpm2cpio
-	rpm
+	# package tests: rpm, rpm2archive, rpm2cpio; the linters of both formats
+	rpm lintian rpmlint
 	# a Debian 11 userland for the host platform tests (test/hostcompat)
 	debootstrap
 )

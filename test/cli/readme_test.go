@@ -90,6 +90,7 @@ var readmeTried = []struct{ re, how string }{
 	{`^make test$`, "test .ci/run - make test"},
 	{`^apt install \./rbdfence_\*\.deb \./rbdfence-frontend_\*\.deb`, "test test/packaging/deb_test.go TestFrontendDeb rbdfence-frontend"},
 	{`^apt install \./rbdfence_\*\.deb \./rbdfence-host_\*\.deb`, "test test/packaging/deb_test.go TestHostDeb rbdfence-host"},
+	{`^rbdfence-onedconf --apply$`, "test test/packaging/deb_test.go TestFrontendDeb rbdfence-onedconf --apply"},
 	{`^\./install\.sh frontend( --apply)?$`, "test test/frontend/install_test.go TestInstallFrontend frontend --apply"},
 	{`^\./install\.sh host$`, "test test/hook/install_test.go TestInstallHostQemuD host"},
 	{`^onehost sync --force$`, "test test/frontend/install_test.go TestInstallFrontend onehost sync --force"},

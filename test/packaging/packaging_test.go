@@ -1,12 +1,16 @@
 // Package packaging_test builds rbdfence's packages with packaging/package.sh
-// and checks them with the real tools: the .deb packages are installed with
-// dpkg into scratch roots (dpkg --root, --force-script-chrootless: the
-// maintainer scripts run here with $DPKG_ROOT set) that hold stand-ins of
-// OpenNebula's and libvirt's files, then removed and purged; the .rpm
-// packages are read with rpm and their scriptlets run with rpm's arguments.
+// (and those of the previous release, from its commit) and checks them with
+// the real tools: dpkg into scratch roots (dpkg --root with
+// --force-script-chrootless: the maintainer scripts run here with
+// $DPKG_ROOT set) holding stand-ins of OpenNebula's and libvirt's files;
+// apt on the machine itself (machine_test.go, under the system lock); rpm
+// into scratch roots with the scriptlets run as rpm runs them; lintian and
+// rpmlint. Every file is checked against packaging/layout, which package.sh
+// and install.sh read too.
 package packaging_test
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"fmt"
@@ -15,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -24,19 +29,79 @@ import (
 	"github.com/rbdfence/rbdfence/test/testenv"
 )
 
-// Binaries in each package, below /usr/lib/rbdfence/bin.
-var (
-	commonBins   = []string{"rbdfence"}
-	frontendBins = []string{"deploy-rbdfence", "restore-rbdfence", "migrate-rbdfence", "attach-rbdfence", "onedconf-rbdfence", "prestart"}
-	hostBins     = []string{"rbdfence-hook"}
-	tmOps        = []string{"premigrate", "postmigrate", "failmigrate"}
-)
+// previousRelease is the commit whose packages are the previous release:
+// the last one whose maintainer scripts put the files in place by script
+// (install.sh), which the packages of this tree take over on upgrade. Move it
+// to the last release tag once there is one.
+const previousRelease = "0300e5803d0b9c09d5ba9b0de7410d58aa420861"
 
-const confPath = "etc/one/rbdfence.yaml"
+var pkgNames = []string{"rbdfence", "rbdfence-frontend", "rbdfence-host"}
+
+// entry is one line of packaging/layout.
+type entry struct {
+	pkg, mode, path, src string
+	flags                map[string]bool
+}
+
+func layout(t *testing.T) []entry {
+	t.Helper()
+	var es []entry
+	sc := bufio.NewScanner(bytes.NewReader(readFile(t, filepath.Join(testenv.Root(), "packaging/layout"))))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		if len(f) != 5 {
+			t.Fatalf("packaging/layout: %q: want 5 fields", sc.Text())
+		}
+		e := entry{pkg: f[0], mode: f[1], path: f[2], src: f[3], flags: map[string]bool{}}
+		for _, fl := range strings.Split(f[4], ",") {
+			e.flags[fl] = true
+		}
+		es = append(es, e)
+	}
+	return es
+}
+
+// packaged returns the layout's entries of pkg that the packages ship, with
+// the paths of format ("deb" or "rpm").
+func packaged(t *testing.T, pkg, format string) []entry {
+	t.Helper()
+	unit := "/lib/systemd/system"
+	if format == "rpm" {
+		unit = "/usr/lib/systemd/system"
+	}
+	r := strings.NewReplacer("@UNITDIR@", unit, "@HOOKDIR@", "/usr/lib/rbdfence/bin")
+	var es []entry
+	for _, e := range layout(t) {
+		if e.pkg != pkg || e.flags["local"] {
+			continue
+		}
+		e.path, e.src = r.Replace(e.path), r.Replace(e.src)
+		es = append(es, e)
+	}
+	return es
+}
+
+// content is what the packages put at e's path (binaries from bin).
+func (e entry) content(t *testing.T, bin string) []byte {
+	t.Helper()
+	switch {
+	case strings.HasPrefix(e.src, "bin/"):
+		return readFile(t, filepath.Join(bin, strings.TrimPrefix(e.src, "bin/")))
+	case strings.HasPrefix(e.src, "files/"):
+		b := string(readFile(t, filepath.Join(testenv.Root(), "packaging", e.src)))
+		b = strings.ReplaceAll(b, "@HOOK@", "'/usr/lib/rbdfence/bin/rbdfence-hook'")
+		return []byte(strings.ReplaceAll(b, "@OPTIONS@", ""))
+	}
+	return readFile(t, filepath.Join(testenv.Root(), "packaging", e.src))
+}
 
 // pkgs is one build of the three packages.
 type pkgs struct {
-	version string // package version without the release
+	version string // without the release
+	tree    string // the source tree
 	bin     string // the binaries packaged
 	deb     map[string]string
 	rpm     map[string]string
@@ -45,41 +110,77 @@ type pkgs struct {
 var (
 	buildMu sync.Mutex
 	builds  = map[string]*pkgs{}
-	outDirs []string // removed when the tests are done
+	tmpDirs []string // removed when the tests are done
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, d := range outDirs {
+	for _, d := range tmpDirs {
 		os.RemoveAll(d)
 	}
 	os.Exit(code)
 }
 
-// packageScript is packaging/package.sh.
-func packageScript() string { return filepath.Join(testenv.Root(), "packaging/package.sh") }
-
-// build runs package.sh once per key (binaries from bin, version "" for
-// the one from git) and returns the packages; every name is checked.
-func build(t *testing.T, key, bin, version, formats string) *pkgs {
+func tempDir(t *testing.T, name string) string {
 	t.Helper()
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if p, ok := builds[key]; ok {
-		return p
-	}
-	out, err := os.MkdirTemp("", "rbdfence-pkg-test-"+key+"-")
+	d, err := os.MkdirTemp("", "rbdfence-pkg-test-"+name+"-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	outDirs = append(outDirs, out)
-	args := []string{packageScript(), "--bin", bin, "--out", out, "--formats", formats}
+	tmpDirs = append(tmpDirs, d)
+	return d
+}
+
+// release is this tree's packages, from binaries that `make build` made
+// (as `make package` does).
+func release(t *testing.T) *pkgs {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := builds["release"]; ok {
+		return p
+	}
+	bin := tempDir(t, "bin")
+	mustRunIn(t, testenv.Root(), nil, "make", "--no-print-directory", "build", "BIN="+bin)
+	p := packageIn(t, testenv.Root(), bin, "", "deb rpm")
+	p.tree = testenv.Root()
+	builds["release"] = p
+	return p
+}
+
+// previous is the previous release's packages, built from its commit (git
+// archive, make build, its own packaging/package.sh) in a scratch directory.
+func previous(t *testing.T) *pkgs {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := builds["previous"]; ok {
+		return p
+	}
+	src := tempDir(t, "previous")
+	out, errOut, code := run(t, "", nil, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", testenv.Root(), previousRelease, src)
+	if code != 0 {
+		t.Fatalf("git archive %s: exit %d\n%s%s", previousRelease, code, out, errOut)
+	}
+	mustRunIn(t, src, nil, "make", "--no-print-directory", "build")
+	n := strings.TrimSpace(mustRun(t, "git", "-C", testenv.Root(), "rev-list", "--count", previousRelease))
+	p := packageIn(t, src, filepath.Join(src, "bin"), "v0.0.0-"+n+"-g"+previousRelease[:7], "deb rpm")
+	p.tree = src
+	builds["previous"] = p
+	return p
+}
+
+// packageIn runs tree's packaging/package.sh and returns what it built.
+func packageIn(t *testing.T, tree, bin, version, formats string) *pkgs {
+	t.Helper()
+	out := tempDir(t, "out")
+	args := []string{filepath.Join(tree, "packaging/package.sh"), "--bin", bin, "--out", out, "--formats", formats}
 	if version != "" {
 		args = append(args, "--version", version)
 	}
-	stdout, stderr, code := run(t, "", nil, "bash", args...)
+	stdout, stderr, code := run(t, tree, nil, "bash", args...)
 	if code != 0 {
-		t.Fatalf("package.sh: exit %d\n%s%s", code, stdout, stderr)
+		t.Fatalf("%s/packaging/package.sh: exit %d\n%s%s", tree, code, stdout, stderr)
 	}
 	p := &pkgs{bin: bin, deb: map[string]string{}, rpm: map[string]string{}}
 	m := regexp.MustCompile(`package\.sh: rbdfence (\S+) `).FindStringSubmatch(stderr)
@@ -88,9 +189,8 @@ func build(t *testing.T, key, bin, version, formats string) *pkgs {
 	}
 	p.version = m[1]
 	printed := strings.Fields(stdout)
-	for _, name := range []string{"rbdfence", "rbdfence-frontend", "rbdfence-host"} {
+	for _, name := range pkgNames {
 		for _, f := range strings.Fields(formats) {
-			// name_VERSION-1_ARCH.deb, name-VERSION-1.ARCH.rpm
 			pat := regexp.QuoteMeta("/"+name+"_"+p.version+"-1_") + `[a-z0-9]+\.deb$`
 			if f == "rpm" {
 				pat = regexp.QuoteMeta("/"+name+"-"+p.version+"-1.") + `[a-z0-9_]+\.rpm$`
@@ -115,15 +215,7 @@ func build(t *testing.T, key, bin, version, formats string) *pkgs {
 			}
 		}
 	}
-	builds[key] = p
 	return p
-}
-
-// release is the build from the test binaries with the version from git, as
-// `make package` does it.
-func release(t *testing.T) *pkgs {
-	t.Helper()
-	return build(t, "release", filepath.Dir(testenv.Bin(t, "rbdfence")), "", "deb rpm")
 }
 
 // run runs name with args (in dir if set, env added to the environment) and
@@ -145,191 +237,94 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) (s
 	return o.String(), e.String(), 0
 }
 
-// root is a scratch root with its own dpkg database.
-type root struct {
-	t    *testing.T
-	dir  string
-	orig map[string][]byte // files made by the test, with their content
-}
-
-func newRoot(t *testing.T) *root {
+func mustRunIn(t *testing.T, dir string, env []string, name string, args ...string) string {
 	t.Helper()
-	r := &root{t: t, dir: t.TempDir(), orig: map[string][]byte{}}
-	for _, d := range []string{"var/lib/dpkg/info", "var/lib/dpkg/updates", "var/lib/dpkg/triggers", "var/log"} {
-		r.mkdir(d, 0o755)
+	out, errOut, code := run(t, dir, env, name, args...)
+	if code != 0 {
+		t.Fatalf("%s %v: exit %d\n%s%s", name, args, code, out, errOut)
 	}
-	// The Ceph client libraries the packages depend on, as Debian 12 has
-	// them, so that dpkg installs without --force-depends and configures the
-	// packages in dependency order, as on a real machine.
-	r.write("var/lib/dpkg/status", cephLibsStatus, 0o644)
-	return r
+	return out + errOut
 }
 
-const cephLibsStatus = `Package: librados2
-Status: install ok installed
-Priority: optional
-Section: libs
-Architecture: amd64
-Version: 16.2.15+ds-0+deb12u2
-Description: RADOS distributed object store client library (stand-in)
-
-Package: librbd1
-Status: install ok installed
-Priority: optional
-Section: libs
-Architecture: amd64
-Version: 16.2.15+ds-0+deb12u2
-Description: RADOS block device client library (stand-in)
-`
-
-func (r *root) path(rel string) string { return filepath.Join(r.dir, rel) }
-
-func (r *root) mkdir(rel string, mode os.FileMode) {
-	r.t.Helper()
-	if err := os.MkdirAll(r.path(rel), 0o755); err != nil {
-		r.t.Fatal(err)
+func mustRun(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, errOut, code := run(t, "", nil, name, args...)
+	if code != 0 {
+		t.Fatalf("%s %v: exit %d: %s", name, args, code, errOut)
 	}
-	if err := os.Chmod(r.path(rel), mode); err != nil {
-		r.t.Fatal(err)
-	}
+	return out
 }
 
-func (r *root) write(rel, content string, mode os.FileMode) {
-	r.t.Helper()
-	if err := os.MkdirAll(filepath.Dir(r.path(rel)), 0o755); err != nil {
-		r.t.Fatal(err)
-	}
-	if err := os.WriteFile(r.path(rel), []byte(content), mode); err != nil {
-		r.t.Fatal(err)
-	}
-	if err := os.Chmod(r.path(rel), mode); err != nil {
-		r.t.Fatal(err)
-	}
-	if !strings.HasPrefix(rel, "var/lib/dpkg/") {
-		r.orig[rel] = []byte(content)
-	}
-}
-
-func (r *root) read(rel string) []byte {
-	r.t.Helper()
-	b, err := os.ReadFile(r.path(rel))
+func readFile(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
 	if err != nil {
-		r.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return b
 }
 
-const onedConf = `# oned.conf (test stand-in)
-VM_MAD = [
-    NAME           = "kvm",
-    SUNSTONE_NAME  = "KVM",
-    EXECUTABLE     = "one_vmm_exec",
-    ARGUMENTS      = "-t 15 -r 0 kvm -p",
-    DEFAULT        = "vmm_exec/vmm_exec_kvm.conf",
-    TYPE           = "kvm",
-    KEEP_SNAPSHOTS = "yes"
-]
-`
-
-// opennebula puts a stand-in of an OpenNebula front-end into r: the Ceph
-// TM's migrate scripts with recognisable content, the kvm VMM's deploy,
-// /etc/one (0750, as OpenNebula has it) with an oned.conf.
-func (r *root) opennebula() {
-	r.t.Helper()
-	for _, op := range tmOps {
-		r.write("var/lib/one/remotes/tm/ceph/"+op, "#!/bin/bash\n# OpenNebula's tm/ceph/"+op+"\nexit 0\n", 0o755)
+func writeFile(t *testing.T, p, content string, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	r.write("var/lib/one/remotes/tm/ceph/clone", "#!/bin/bash\n# OpenNebula's tm/ceph/clone\n", 0o755)
-	r.write("var/lib/one/remotes/vmm/kvm/deploy", "#!/bin/bash\n# OpenNebula's vmm/kvm/deploy\n", 0o755)
-	r.mkdir("etc/one", 0o750)
-	r.write("etc/one/oned.conf", onedConf, 0o640)
-}
-
-// libvirt puts a stand-in of a KVM host's libvirt hooks into r, with
-// another product's hook already in qemu.d/.
-func (r *root) libvirt() {
-	r.t.Helper()
-	r.mkdir("etc/libvirt/hooks/qemu.d", 0o755)
-	r.write("etc/libvirt/hooks/qemu.d/50-other", "#!/bin/sh\n# another hook\nexit 0\n", 0o755)
-}
-
-// dpkg runs dpkg on the scratch root, as an image builder would
-// (--root, maintainer scripts outside a chroot with $DPKG_ROOT set), with
-// its log in the root.
-func (r *root) dpkg(args ...string) (out string, code int) {
-	r.t.Helper()
-	all := append([]string{"--root=" + r.dir, "--log=" + r.path("var/log/dpkg.log"), "--force-script-chrootless"}, args...)
-	stdout, stderr, code := run(r.t, "", []string{"DEBIAN_FRONTEND=noninteractive"}, "dpkg", all...)
-	return stdout + stderr, code
-}
-
-func (r *root) mustDpkg(args ...string) string {
-	r.t.Helper()
-	out, code := r.dpkg(args...)
-	if code != 0 {
-		r.t.Fatalf("dpkg %v: exit %d\n%s", args, code, out)
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
 	}
-	return out
-}
-
-// status returns dpkg's status of pkg in r ("install ok installed", or
-// "not-installed" when dpkg does not know it).
-func (r *root) status(pkg string) string {
-	r.t.Helper()
-	out, _, code := run(r.t, "", nil, "dpkg-query", "--admindir="+r.path("var/lib/dpkg"), "-W", "-f=${Status}", pkg)
-	if code != 0 || strings.HasSuffix(out, " not-installed") {
-		return "not-installed"
-	}
-	return out
-}
-
-func (r *root) wantStatus(pkg, want string) {
-	r.t.Helper()
-	if got := r.status(pkg); got != want {
-		r.t.Fatalf("dpkg status of %s: %q, want %q", pkg, got, want)
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// snapshot returns every path below the root (but dpkg's database and
-// logs) with its type, mode, owner and content hash or link target.
-func (r *root) snapshot() map[string]string {
-	r.t.Helper()
+// snapshot returns every path below each of roots (under base) with its
+// type, mode, owner and content hash or link target; skip names subtrees
+// (relative to base) left out.
+func snapshot(t *testing.T, base string, roots []string, skip ...string) map[string]string {
+	t.Helper()
 	snap := map[string]string{}
-	err := filepath.WalkDir(r.dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(r.dir, p)
-		if rel == "var/lib/dpkg" || rel == "var/log" {
-			return filepath.SkipDir
-		}
-		info, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		v := info.Mode().String()
-		if st, ok := statOwner(info); ok {
-			v += " " + st
-		}
-		switch {
-		case info.Mode().IsRegular():
-			b, err := os.ReadFile(p)
+	for _, r := range roots {
+		err := filepath.WalkDir(filepath.Join(base, r), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if os.IsNotExist(err) {
+					return nil
+				}
+				return err
+			}
+			rel := "/" + strings.TrimPrefix(strings.TrimPrefix(p, base), "/")
+			for _, s := range skip {
+				if rel == s {
+					return filepath.SkipDir
+				}
+			}
+			info, err := os.Lstat(p)
 			if err != nil {
 				return err
 			}
-			v += fmt.Sprintf(" %x", sha256.Sum256(b))
-		case info.Mode()&fs.ModeSymlink != 0:
-			l, err := os.Readlink(p)
-			if err != nil {
-				return err
+			v := info.Mode().String()
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				v += fmt.Sprintf(" %d:%d", st.Uid, st.Gid)
 			}
-			v += " -> " + l
+			switch {
+			case info.Mode().IsRegular():
+				b, err := os.ReadFile(p)
+				if err != nil {
+					return err
+				}
+				v += fmt.Sprintf(" %x", sha256.Sum256(b))
+			case info.Mode()&fs.ModeSymlink != 0:
+				l, err := os.Readlink(p)
+				if err != nil {
+					return err
+				}
+				v += " -> " + l
+			}
+			snap[rel] = v
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		snap[rel] = v
-		return nil
-	})
-	if err != nil {
-		r.t.Fatal(err)
 	}
 	return snap
 }
@@ -352,76 +347,99 @@ func sameTree(t *testing.T, what string, want, got map[string]string) {
 	}
 	if len(diff) > 0 {
 		sort.Strings(diff)
-		t.Fatalf("%s: the tree differs from before the install:\n%s", what, strings.Join(diff, "\n"))
+		t.Fatalf("%s: the tree differs from before:\n%s", what, strings.Join(diff, "\n"))
 	}
 }
 
-// wantFile checks that rel is a regular file with mode perm and, if
-// content is not nil, exactly that content.
-func (r *root) wantFile(rel string, perm os.FileMode, content []byte) {
-	r.t.Helper()
-	st, err := os.Lstat(r.path(rel))
-	if err != nil {
-		r.t.Fatalf("%s: %v", rel, err)
-	}
-	if !st.Mode().IsRegular() || st.Mode().Perm() != perm {
-		r.t.Fatalf("%s: mode %v, want a file with %v", rel, st.Mode(), perm)
-	}
-	if content != nil && !bytes.Equal(r.read(rel), content) {
-		r.t.Fatalf("%s: content differs (%d bytes starting %q, want %d bytes starting %q)", rel, len(r.read(rel)), clip(r.read(rel)), len(content), clip(content))
-	}
-}
-
-func (r *root) wantGone(rels ...string) {
-	r.t.Helper()
-	for _, rel := range rels {
-		if _, err := os.Lstat(r.path(rel)); err == nil {
-			r.t.Fatalf("%s is still there", rel)
-		} else if !os.IsNotExist(err) {
-			r.t.Fatal(err)
+// newPaths returns the paths of after that are not in before, sorted.
+func newPaths(before, after map[string]string) []string {
+	var ps []string
+	for p := range after {
+		if _, ok := before[p]; !ok {
+			ps = append(ps, p)
 		}
 	}
+	sort.Strings(ps)
+	return ps
 }
 
-// wantOriginals checks that every file the test made is there again,
-// byte for byte, with its mode.
-func (r *root) wantOriginals(prefix string) {
-	r.t.Helper()
-	for rel, content := range r.orig {
-		if strings.HasPrefix(rel, prefix) {
-			st, err := os.Lstat(r.path(rel))
-			if err != nil || !st.Mode().IsRegular() {
-				r.t.Fatalf("original %s is not back: %v", rel, err)
-			}
-			if got := r.read(rel); !bytes.Equal(got, content) {
-				r.t.Fatalf("original %s is not back byte for byte: %d bytes starting %q, want %q", rel, len(got), clip(got), content)
-			}
-		}
-	}
-}
-
-// clip returns the start of b, for messages.
-func clip(b []byte) []byte {
-	if len(b) > 80 {
-		return b[:80]
-	}
-	return b
-}
-
-// statOwner returns the owner and group of info as "uid:gid".
-func statOwner(info fs.FileInfo) (string, bool) {
-	st, ok := info.Sys().(*syscall.Stat_t)
-	if !ok {
-		return "", false
-	}
-	return fmt.Sprintf("%d:%d", st.Uid, st.Gid), true
-}
-
-func readFile(t *testing.T, p string) []byte {
+// wantInstalled checks that every file of pkg's layout is at its path under
+// base, with its mode and content (bin: the binaries packaged), but for the
+// content of the paths in edited.
+func wantInstalled(t *testing.T, base, pkg, format, bin string, edited ...string) {
 	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
+	for _, e := range packaged(t, pkg, format) {
+		p := filepath.Join(base, e.path)
+		st, err := os.Lstat(p)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", pkg, e.path, err)
+		}
+		switch e.mode {
+		case "dir":
+			if !st.IsDir() {
+				t.Fatalf("%s: %s is not a directory", pkg, e.path)
+			}
+		case "link":
+			if l, err := os.Readlink(p); err != nil || l != e.src {
+				t.Fatalf("%s: %s links to %q (%v), want %q", pkg, e.path, l, err, e.src)
+			}
+		default:
+			if !st.Mode().IsRegular() || fmt.Sprintf("%04o", st.Mode().Perm()) != e.mode {
+				t.Fatalf("%s: %s: mode %v, want a file with %s", pkg, e.path, st.Mode(), e.mode)
+			}
+			if !slices.Contains(edited, e.path) && !bytes.Equal(readFile(t, p), e.content(t, bin)) {
+				t.Fatalf("%s: %s is not %s", pkg, e.path, e.src)
+			}
+		}
 	}
-	return b
+}
+
+func wantGone(t *testing.T, base string, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := os.Lstat(filepath.Join(base, p)); err == nil {
+			t.Fatalf("%s is still there", p)
+		} else if !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+}
+
+// onedConf is a stock oned.conf's kvm VM_MAD.
+const onedConf = `# oned.conf (test stand-in)
+VM_MAD = [
+    NAME           = "kvm",
+    SUNSTONE_NAME  = "KVM",
+    EXECUTABLE     = "one_vmm_exec",
+    ARGUMENTS      = "-t 15 -r 0 kvm -p",
+    DEFAULT        = "vmm_exec/vmm_exec_kvm.conf",
+    TYPE           = "kvm",
+    KEEP_SNAPSHOTS = "yes"
+]
+`
+
+const (
+	vmMadChange = `+ ARGUMENTS      = "-t 15 -r 0 kvm -p -l deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence,attach_disk=attach-rbdfence",`
+	appliedArgs = `ARGUMENTS      = "-t 15 -r 0 kvm -p -l deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence,attach_disk=attach-rbdfence",`
+)
+
+// opennebula puts a stand-in of an OpenNebula front-end below base: the kvm
+// VMM's deploy, the Ceph TM's migrate scripts, the HA hook, /etc/one (0750,
+// as OpenNebula has it) with an oned.conf.
+func opennebula(t *testing.T, base string) {
+	t.Helper()
+	for _, op := range []string{"premigrate", "postmigrate", "failmigrate"} {
+		writeFile(t, filepath.Join(base, "var/lib/one/remotes/tm/ceph", op), "#!/bin/bash\n# OpenNebula's tm/ceph/"+op+"\nexit 0\n", 0o755)
+	}
+	writeFile(t, filepath.Join(base, "var/lib/one/remotes/vmm/kvm/deploy"), "#!/bin/bash\n# OpenNebula's vmm/kvm/deploy\n", 0o755)
+	writeFile(t, filepath.Join(base, "var/lib/one/remotes/hooks/ft/host_error.rb"), "# OpenNebula's host_error.rb\n", 0o755)
+	if _, err := os.Stat(filepath.Join(base, "etc/one")); os.IsNotExist(err) {
+		if err := os.MkdirAll(filepath.Join(base, "etc/one"), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(base, "etc/one"), 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(base, "etc/one/oned.conf"), onedConf, 0o640)
 }

@@ -1,6 +1,7 @@
 package packaging_test
 
 import (
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -87,11 +88,5 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-func mustRun(t *testing.T, name string, args ...string) string {
-	t.Helper()
-	out, errOut, code := run(t, "", nil, name, args...)
-	if code != 0 {
-		t.Fatalf("%s %v: exit %d: %s", name, args, code, errOut)
-	}
-	return out
-}
+// packageScript is packaging/package.sh.
+func packageScript() string { return filepath.Join(testenv.Root(), "packaging/package.sh") }
