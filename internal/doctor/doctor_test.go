@@ -209,6 +209,15 @@ func TestFixes(t *testing.T) {
 	cfg := config.Default()
 	pkg := fixes{installer: PackagedInstaller, configPath: "/etc/one/rbdfence.yaml"}
 	src := fixes{installer: "/srv/rbdfence/install.sh", configPath: "/etc/one/rbdfence.yaml"}
+	// Today's packages: no install.sh, rbdfence-onedconf for oned.conf.
+	debRoot := t.TempDir()
+	os.MkdirAll(filepath.Join(debRoot, "usr/sbin"), 0o755)
+	os.WriteFile(filepath.Join(debRoot, PackagedOnedConf), []byte("#!/bin/sh\n"), 0o755)
+	deb := newFixes(Options{Root: debRoot, ConfigPath: "/etc/one/rbdfence.yaml"})
+	deb.prefix = "" // as on a machine whose root is /
+	if !deb.packaged {
+		t.Fatalf("rbdfence-onedconf installed, no install.sh: not seen as the packages' install")
+	}
 	for _, tc := range []struct{ got, want string }{
 		{pkg.vmMAD("/etc/one/oned.conf"), "run '/usr/lib/rbdfence/install.sh frontend --apply' (or add '-l deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence,attach_disk=attach-rbdfence' to the last -l of the ARGUMENTS of each such VM_MAD in /etc/one/oned.conf), then 'systemctl restart opennebula'"},
 		{src.vmMAD("/etc/one/oned.conf"), "run '/srv/rbdfence/install.sh frontend --apply' (or add '-l deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence,attach_disk=attach-rbdfence' to the last -l of the ARGUMENTS of each such VM_MAD in /etc/one/oned.conf), then 'systemctl restart opennebula'"},
@@ -218,6 +227,10 @@ func TestFixes(t *testing.T) {
 		{pkg.tmCeph(), "run '/usr/lib/rbdfence/install.sh frontend': it puts OpenNebula's scripts back"},
 		{pkg.cephCaps(cfg, "one"), `as client.admin run 'ceph auth caps client.libvirt mon "profile rbd" osd "profile rbd pool=one"'`},
 		{pkg.config(), "correct the key named in the message in /etc/one/rbdfence.yaml (docs/CONFIGURATION.md)"},
+		{deb.vmMAD("/etc/one/oned.conf"), "run '/usr/sbin/rbdfence-onedconf --apply' (or add '-l deploy=deploy-rbdfence,restore=restore-rbdfence,migrate=migrate-rbdfence,attach_disk=attach-rbdfence' to the last -l of the ARGUMENTS of each such VM_MAD in /etc/one/oned.conf), then 'systemctl restart opennebula'"},
+		{deb.wrappers(), "reinstall the rbdfence-frontend package ('apt install --reinstall rbdfence-frontend', or 'dnf reinstall rbdfence-frontend'), then 'onehost sync --force' as oneadmin"},
+		{deb.hook(), "reinstall the rbdfence-host package ('apt install --reinstall rbdfence-host', or 'dnf reinstall rbdfence-host') on this host, then 'systemctl restart libvirtd' once if libvirtd started before any qemu hook existed"},
+		{deb.tmCeph(), "reinstall the rbdfence-frontend package ('apt install --reinstall rbdfence-frontend', or 'dnf reinstall rbdfence-frontend'): it puts OpenNebula's scripts back"},
 		{fixes{}.wrappers(), "run './install.sh frontend' from the rbdfence source tree after 'make build', then 'onehost sync --force' as oneadmin"},
 		{fixes{installer: PackagedInstaller, prefix: " --prefix /srv/root"}.wrappers(), "run '/usr/lib/rbdfence/install.sh frontend --prefix /srv/root', then 'onehost sync --force' as oneadmin"},
 	} {

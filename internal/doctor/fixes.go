@@ -15,8 +15,13 @@ import (
 // path of the installer that put this installation in place: in one place
 // so that they change with the installer.
 
-// PackagedInstaller is where the rbdfence package puts install.sh.
+// PackagedInstaller is where packages before issue 20 item 5 put
+// install.sh (an upgraded machine may still have it).
 const PackagedInstaller = "/usr/lib/rbdfence/install.sh"
+
+// PackagedOnedConf is the rbdfence-frontend package's script for the one
+// oned.conf change; where it is, the packages own every other file.
+const PackagedOnedConf = "/usr/sbin/rbdfence-onedconf"
 
 // PackagedHook is the hook binary of the rbdfence-host package, which its
 // post-install passes to install.sh host.
@@ -40,6 +45,7 @@ func Installer(root, exe string) string {
 // fixes holds the installer's steps for one doctor run.
 type fixes struct {
 	installer  string // full path; "" unknown
+	packaged   bool   // the packages own the files: PackagedOnedConf is there
 	prefix     string // " --prefix ROOT" for a --root other than /
 	configPath string
 }
@@ -49,6 +55,7 @@ func newFixes(o Options) fixes {
 	if f.installer == "" {
 		f.installer = Installer(o.Root, "")
 	}
+	f.packaged = (f.installer == "" || f.installer == PackagedInstaller) && hostversions.Executable(filepath.Join(o.Root, PackagedOnedConf)) == nil
 	if r := filepath.Clean(o.Root); o.Root != "" && r != "/" {
 		f.prefix = " --prefix " + r
 	}
@@ -85,16 +92,30 @@ func (f fixes) cephCaps(cfg *config.Config, pool string) string {
 	return fmt.Sprintf("as client.admin run 'ceph auth caps client.%s mon \"profile rbd\" osd \"profile rbd pool=%s\"'", cfg.Ceph.User, pool)
 }
 
+// reinstall is the package manager's command that puts pkg's files back.
+func (f fixes) reinstall(pkg string) string {
+	return "reinstall the " + pkg + " package ('apt install --reinstall " + pkg + "', or 'dnf reinstall " + pkg + "')"
+}
+
 func (f fixes) hook() string {
+	if f.packaged {
+		return f.reinstall("rbdfence-host") + " on this host, then 'systemctl restart libvirtd' once if libvirtd started before any qemu hook existed"
+	}
 	return f.run("host") + " on this host (it installs /" + hostversions.Wrapper +
 		"), then 'systemctl restart libvirtd' once if libvirtd started before any qemu hook existed"
 }
 
 func (f fixes) wrappers() string {
+	if f.packaged {
+		return f.reinstall("rbdfence-frontend") + ", then 'onehost sync --force' as oneadmin"
+	}
 	return f.run("frontend") + ", then 'onehost sync --force' as oneadmin"
 }
 
 func (f fixes) tmCeph() string {
+	if f.packaged {
+		return f.reinstall("rbdfence-frontend") + ": it puts OpenNebula's scripts back"
+	}
 	return f.run("frontend") + ": it puts OpenNebula's scripts back"
 }
 
@@ -103,11 +124,18 @@ var localActions = "-l deploy=" + frontend.DeployAction + ",restore=" + frontend
 	",migrate=" + frontend.MigrateAction + ",attach_disk=" + frontend.AttachAction
 
 func (f fixes) vmMAD(onedConf string) string {
+	apply := f.run("frontend", "--apply")
+	if f.packaged {
+		apply = "run '" + PackagedOnedConf + f.prefix + " --apply'"
+	}
 	return fmt.Sprintf("%s (or add '%s' to the last -l of the ARGUMENTS of each such VM_MAD in %s), then 'systemctl restart opennebula'",
-		f.run("frontend", "--apply"), localActions, onedConf)
+		apply, localActions, onedConf)
 }
 
 func (f fixes) migrateScript() string {
+	if f.packaged {
+		return f.reinstall("rbdfence-frontend") + " (it installs <script>-rbdfence for a wrapped local migrate script), or restore the script"
+	}
 	return f.run("frontend") + " (it installs <script>-rbdfence for a wrapped local migrate script), or restore the script"
 }
 
