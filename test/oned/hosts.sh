@@ -1,0 +1,364 @@
+#!/usr/bin/env bash
+# test/oned/hosts.sh: the KVM hosts of the real-OpenNebula suite.
+#
+#   test/oned/hosts.sh up NAME...        bridge, then each host (idempotent)
+#   test/oned/hosts.sh down              stop every host, delete what up made
+#   test/oned/hosts.sh libvirtd NAME start|stop|restart
+#   test/oned/hosts.sh exec NAME CMD...  run CMD on host NAME (as root)
+#   test/oned/hosts.sh cut|heal NAME     stop (start) the host's sshd and
+#                                        monitoring client: libvirtd, QEMU
+#                                        and their Ceph clients go on
+#
+# NAME is one of rbdo-a, rbdo-b (the 7.4.0 front-end's hosts), rbdo-c,
+# rbdo-d (6.10.5's). Layout (apart from test/netns/hosts.sh's rbdf-a/rbdf-b,
+# rbdf0 and 10.77.0.0/24, which this suite does not touch):
+#
+#   root namespace   bridge rbdo0, 10.78.0.1/24: the front-ends' address
+#                    (monitord listens there) and the suite's Ceph cluster's
+#   host rbdo-X      network namespace rbdo-X, eth0 10.78.0.1N/24 (veth, peer
+#                    veth-rbdo-X on rbdo0), hostname rbdo-X, and a mount
+#                    namespace (lib.sh) with its own /etc/libvirt,
+#                    /var/lib/libvirt, /var/cache/libvirt, /run (so
+#                    /run/libvirt), /var/log (so /var/log/libvirt),
+#                    /var/tmp (so /var/tmp/one, where `onehost sync` puts
+#                    the drivers, and /var/tmp/one_db, monitord's client),
+#                    /var/lib/one (datastores, rbdfence's spool), /etc/one,
+#                    /var/lib/rbdfence, /usr/local/libexec (the hook binary),
+#                    /etc/ceph (ceph.conf and the client.libvirt keyring, as
+#                    OpenNebula's Ceph hosts have them), /etc/hosts and /root
+#                    (root's ssh key and config: hosts reach each other for
+#                    `virsh migrate ... qemu+ssh://`). Each runs its own sshd
+#                    (10.78.0.1N:22), virtlogd and libvirtd; libvirtd's QEMU
+#                    runs as root (OpenNebula's documented qemu.conf has
+#                    user/group oneadmin, here the front-end runs as root),
+#                    without per-domain mount namespaces or cgroups (each
+#                    libvirtd would name its domains' cgroups alike), and
+#                    listens for incoming migrations on its own address,
+#                    ports 16797-16798.
+#
+# Everything lives in $RBDFENCE_ONED_DIR (default $RBDFENCE_TEST_ROOT/oned):
+# ssh keys (ssh/), the hosts' private trees (rbdo-X/fs/...), their logs.
+# Objects made here carry the link alias "rbdfence-oned" (bridge, veths) or
+# are listed in $ONED_DIR/owned (namespaces): down never touches another's.
+set -euo pipefail
+
+PROG=hosts.sh
+SCRIPT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/hosts.sh
+# shellcheck source=lib.sh
+source "$(dirname "$SCRIPT")/lib.sh"
+
+BRIDGE=rbdo0
+BRIDGE_IP=10.78.0.1
+PREFIX=24
+ALIAS=rbdfence-oned
+ALL_HOSTS=(rbdo-a rbdo-b rbdo-c rbdo-d)
+declare -A IP=([rbdo-a]=10.78.0.11 [rbdo-b]=10.78.0.12 [rbdo-c]=10.78.0.13 [rbdo-d]=10.78.0.14)
+MIGRATION_PORTS=(16797 16798)
+SSH_KEY=$ONED_DIR/ssh/id_ed25519
+OWNED=$ONED_DIR/owned
+
+q() { timeout 20 "$@" >&2; }
+link_exists() { ip link show dev "$1" >/dev/null 2>&1; }
+link_ours() { ip -d -o link show dev "$1" 2>/dev/null | grep -q " alias $ALIAS\b"; }
+own() { grep -qx "$1" "$OWNED" 2>/dev/null || echo "$1" >>"$OWNED"; }
+
+# keys: one client key (root's on the front-ends and on the hosts, as
+# oneadmin's is shared in an OpenNebula cloud) and /etc/hosts for every
+# machine of the suite.
+setup_common() {
+	mkdir -p "$ONED_DIR/ssh"
+	chmod 700 "$ONED_DIR/ssh"
+	if [ ! -s "$SSH_KEY" ]; then
+		rm -f "$SSH_KEY" "$SSH_KEY.pub"
+		ssh-keygen -q -t ed25519 -N '' -C rbdfence-oned -f "$SSH_KEY" </dev/null
+	fi
+	install -m 0600 "$SSH_KEY.pub" "$ONED_DIR/ssh/authorized_keys"
+	{
+		echo "127.0.0.1 localhost"
+		echo "::1 localhost ip6-localhost ip6-loopback"
+		echo "$BRIDGE_IP rbdo-fe"
+		local h
+		for h in "${ALL_HOSTS[@]}"; do echo "${IP[$h]} $h"; done
+	} >"$ONED_DIR/etc-hosts"
+	chmod 644 "$ONED_DIR/etc-hosts"
+}
+
+# ssh_home DIR: root's ~/.ssh of a machine: the suite's key, no host key
+# checks (the test hosts are made anew every run).
+ssh_home() {
+	local home=$1
+	mkdir -p "$home/.ssh"
+	chmod 700 "$home" "$home/.ssh"
+	install -m 0600 "$SSH_KEY" "$home/.ssh/id_ed25519"
+	install -m 0644 "$SSH_KEY.pub" "$home/.ssh/id_ed25519.pub"
+	cat >"$home/.ssh/config" <<EOF
+Host *
+	User root
+	IdentityFile ~/.ssh/id_ed25519
+	IdentitiesOnly yes
+	StrictHostKeyChecking no
+	UserKnownHostsFile /dev/null
+	GlobalKnownHostsFile /dev/null
+	BatchMode yes
+	ConnectTimeout 10
+	LogLevel ERROR
+EOF
+	chmod 600 "$home/.ssh/config"
+}
+
+setup_bridge() {
+	if link_exists "$BRIDGE"; then
+		link_ours "$BRIDGE" || die "a link named $BRIDGE exists and was not made by $PROG"
+	else
+		log "creating bridge $BRIDGE ($BRIDGE_IP/$PREFIX)"
+		q ip link add "$BRIDGE" type bridge
+		q ip link set dev "$BRIDGE" alias "$ALIAS"
+	fi
+	own "link $BRIDGE"
+	ip -4 -o addr show dev "$BRIDGE" | grep -q " $BRIDGE_IP/$PREFIX " ||
+		q ip addr add "$BRIDGE_IP/$PREFIX" dev "$BRIDGE"
+	q ip link set dev "$BRIDGE" up
+}
+
+setup_netns() {
+	local ns=$1 ip=${IP[$1]} veth=veth-$1
+	if [ -e "/run/netns/$ns" ]; then
+		grep -qx "netns $ns" "$OWNED" 2>/dev/null || die "network namespace $ns exists and was not made by $PROG"
+	else
+		q ip netns add "$ns"
+	fi
+	own "netns $ns"
+	q ip -n "$ns" link set dev lo up
+	if ! ip -n "$ns" link show dev eth0 >/dev/null 2>&1; then
+		if link_exists "$veth"; then
+			link_ours "$veth" || die "a link named $veth exists and was not made by $PROG"
+			q ip link del "$veth"
+		fi
+		q ip link add "$veth" type veth peer name "$ns-e0"
+		q ip link set dev "$veth" alias "$ALIAS"
+		q ip link set dev "$ns-e0" alias "$ALIAS"
+		q ip link set dev "$ns-e0" netns "$ns"
+		q ip -n "$ns" link set dev "$ns-e0" name eth0
+	fi
+	own "link $veth"
+	q ip link set dev "$veth" master "$BRIDGE"
+	q ip link set dev "$veth" up
+	ip -n "$ns" -4 -o addr show dev eth0 | grep -q " $ip/$PREFIX " || q ip -n "$ns" addr add "$ip/$PREFIX" dev eth0
+	q ip -n "$ns" link set dev eth0 up
+	q ip -n "$ns" route replace default via "$BRIDGE_IP" dev eth0
+}
+
+# host_files NAME: the host's private trees and configs (written from the
+# root namespace, before the host starts).
+host_files() {
+	local name=$1 ip=${IP[$1]} d=$ONED_DIR/$1 fs=$ONED_DIR/$1/fs
+	mkdir -p "$fs"/{etc-libvirt/hooks/qemu.d,etc-one,etc-ceph,var-lib-libvirt,var-cache-libvirt,var-lib-one,var-lib-rbdfence,usr-local-libexec,run,var-tmp,var-log,root}
+	chmod 1777 "$fs/var-tmp"
+	ssh_home "$fs/root"
+	echo "$name" >"$d/hostname"
+	# libvirt: OpenNebula's KVM node set-up (qemu.conf user/group, no dynamic
+	# ownership) with root as oneadmin; a host UUID of its own (libvirt refuses
+	# a migration to a host with its own UUID or hostname).
+	local uuid
+	uuid=$(printf '%s' "rbdfence-oned-$name" | sha256sum | sed -E 's/^(.{8})(.{4})(.{4})(.{4})(.{12}).*/\1-\2-\3-\4-\5/')
+	cat >"$fs/etc-libvirt/libvirtd.conf" <<EOF
+# rbdfence test host $name (test/oned/hosts.sh)
+host_uuid = "$uuid"
+log_outputs = "3:file:/var/log/libvirt/libvirtd.log"
+EOF
+	cat >"$fs/etc-libvirt/qemu.conf" <<EOF
+# rbdfence test host $name (test/oned/hosts.sh)
+user = "root"
+group = "root"
+dynamic_ownership = 0
+security_driver = "none"
+namespaces = [ ]
+cgroup_controllers = [ ]
+migration_address = "$ip"
+migration_host = "$ip"
+migration_port_min = ${MIGRATION_PORTS[0]}
+migration_port_max = ${MIGRATION_PORTS[1]}
+EOF
+	: >"$fs/etc-libvirt/virtlogd.conf"
+	cat >"$d/sshd_config" <<EOF
+# sshd of test host $name (test/oned/hosts.sh)
+ListenAddress $ip:22
+AddressFamily inet
+HostKey $d/ssh_host_ed25519_key
+PidFile /run/sshd.pid
+AuthorizedKeysFile $ONED_DIR/ssh/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+UseDNS no
+PrintMotd no
+PrintLastLog no
+X11Forwarding no
+AllowAgentForwarding yes
+MaxStartups 100:30:200
+MaxSessions 100
+AcceptEnv LANG LC_*
+Subsystem sftp internal-sftp
+EOF
+	[ -s "$d/ssh_host_ed25519_key" ] ||
+		ssh-keygen -q -t ed25519 -N '' -C "rbdfence-oned-$name" -f "$d/ssh_host_ed25519_key" </dev/null
+}
+
+# host_ns NAME: runs inside the host's new namespaces (ns_start).
+host_ns() {
+	local name=$1 d=$ONED_DIR/$1 fs=$ONED_DIR/$1/fs
+	shadow /etc libvirt="$fs/etc-libvirt" one="$fs/etc-one" ceph="$fs/etc-ceph" \
+		hosts="$ONED_DIR/etc-hosts" hostname="$d/hostname"
+	shadow /var/lib libvirt="$fs/var-lib-libvirt" one="$fs/var-lib-one" rbdfence="$fs/var-lib-rbdfence"
+	shadow /var/cache libvirt="$fs/var-cache-libvirt"
+	shadow /usr/local libexec="$fs/usr-local-libexec"
+	private /run "$fs/run"
+	private /var/tmp "$fs/var-tmp"
+	private /var/log "$fs/var-log"
+	private /root "$fs/root"
+	mkdir -p /run/sshd /run/libvirt /run/lock /var/log/libvirt/qemu /var/lib/libvirt/qemu
+	chmod 755 /run/sshd
+	/usr/sbin/sshd -t -f "$d/sshd_config"
+	daemon /usr/sbin/sshd -f "$d/sshd_config" -E /var/log/sshd.log
+	libvirt_start
+}
+
+libvirt_answers() { timeout 5 virsh -c qemu:///system version >/dev/null 2>&1; }
+
+# libvirt_start / libvirt_stop: run inside a host (host_ns, or ns_exec).
+libvirt_start() {
+	local i
+	local pid
+	pid=$(cat /run/libvirt/virtlogd.pid 2>/dev/null || true)
+	if [ ! -S /run/libvirt/virtlogd-sock ] || ! [[ $pid =~ ^[0-9]+$ ]] || [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != virtlogd ]; then
+		rm -f /run/libvirt/virtlogd-sock /run/libvirt/virtlogd-admin-sock
+		daemon virtlogd --daemon --pid-file /run/libvirt/virtlogd.pid
+		for i in $(seq 1 100); do
+			[ -S /run/libvirt/virtlogd-sock ] && break
+			sleep 0.1
+		done
+		[ -S /run/libvirt/virtlogd-sock ] || die "virtlogd did not start"
+	fi
+	if ! libvirt_answers; then
+		daemon libvirtd --daemon --pid-file /run/libvirt/libvirtd.pid
+		for i in $(seq 1 300); do
+			libvirt_answers && return 0
+			sleep 0.1
+		done
+		tail -n 20 /var/log/libvirt/libvirtd.log >&2 || true
+		die "libvirtd does not answer after 30s"
+	fi
+}
+
+# libvirt_stop: stop this host's libvirtd (its QEMU domains keep running,
+# as on a real host).
+libvirt_stop() {
+	local pid i
+	pid=$(cat /run/libvirt/libvirtd.pid 2>/dev/null || true)
+	[[ $pid =~ ^[0-9]+$ ]] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = libvirtd ] || return 0
+	kill -TERM "$pid"
+	for i in $(seq 1 100); do
+		[ "$(cat "/proc/$pid/comm" 2>/dev/null)" = libvirtd ] || return 0
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+}
+
+# host_cut / host_heal: run inside a host. Cut: the host drops off the
+# front-end's network view (its sshd and OpenNebula's monitoring client
+# stop) while libvirtd and its QEMUs, and so their Ceph clients, go on: a
+# host oned sees as failed that still writes to Ceph. Heal: sshd again (the
+# front-end restarts the monitoring).
+host_cut() {
+	local pid
+	for f in /run/sshd.pid /var/tmp/one_db/.monitor_client.pid; do
+		pid=$(cat "$f" 2>/dev/null || true)
+		[[ $pid =~ ^[0-9]+$ ]] || continue
+		[ "$(readlink "/proc/$pid/ns/mnt" 2>/dev/null)" = "$(readlink /proc/self/ns/mnt)" ] || continue
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+}
+
+host_heal() {
+	local name d
+	name=$(hostname)
+	d=$ONED_DIR/$name
+	[ -e /run/sshd.pid ] && [ "$(cat "/proc/$(cat /run/sshd.pid)/comm" 2>/dev/null)" = sshd ] && return 0
+	daemon /usr/sbin/sshd -f "$d/sshd_config" -E /var/log/sshd.log
+}
+
+valid_host() {
+	local h
+	for h in "${ALL_HOSTS[@]}"; do [ "$h" = "$1" ] && return 0; done
+	die "unknown host '$1' (one of ${ALL_HOSTS[*]})"
+}
+
+cmd_up() {
+	[ $# -gt 0 ] || die "usage: $PROG up NAME..."
+	local h
+	for h in "$@"; do valid_host "$h"; done
+	mkdir -p "$ONED_DIR"
+	exec 8>>"$ONED_DIR/.hosts.lock"
+	flock -w 120 8 || die "timed out waiting for $ONED_DIR/.hosts.lock"
+	setup_common
+	setup_bridge
+	for h in "$@"; do
+		setup_netns "$h"
+		if ! anchor_pid "$h" >/dev/null; then
+			host_files "$h"
+			ns_start "$h" "$h" "$h" host_ns "$h"
+		fi
+	done
+	for h in "$@"; do
+		timeout 20 ssh -F "$ONED_DIR/$h/fs/root/.ssh/config" -i "$SSH_KEY" "root@${IP[$h]}" true </dev/null ||
+			die "ssh root@${IP[$h]} ($h) does not work (log: $ONED_DIR/$h/fs/var-log/sshd.log)"
+	done
+	log "hosts up: $*"
+}
+
+cmd_down() {
+	local h
+	[ -d "$ONED_DIR" ] || { link_exists "$BRIDGE" && link_ours "$BRIDGE" && q ip link del "$BRIDGE"; return 0; }
+	for h in "${ALL_HOSTS[@]}"; do
+		ns_kill "$h" "$h"
+		if [ -e "/run/netns/$h" ] && grep -qx "netns $h" "$OWNED" 2>/dev/null; then
+			q ip netns del "$h"
+		fi
+		if link_exists "veth-$h" && link_ours "veth-$h"; then q ip link del "veth-$h"; fi
+	done
+	if link_exists "$BRIDGE" && link_ours "$BRIDGE"; then q ip link del "$BRIDGE"; fi
+}
+
+main() {
+	local cmd=${1:-}
+	[ $# -gt 0 ] && shift
+	case "$cmd" in
+	up) cmd_up "$@" ;;
+	down) cmd_down ;;
+	exec)
+		[ $# -ge 2 ] || die "usage: $PROG exec NAME CMD..."
+		valid_host "$1"
+		ns_exec "$@"
+		;;
+	libvirtd)
+		[ $# -eq 2 ] || die "usage: $PROG libvirtd NAME start|stop|restart"
+		valid_host "$1"
+		case "$2" in
+		start) ns_exec "$1" bash -c "source '$SCRIPT'; libvirt_start" ;;
+		stop) ns_exec "$1" bash -c "source '$SCRIPT'; libvirt_stop" ;;
+		restart) ns_exec "$1" bash -c "source '$SCRIPT'; libvirt_stop; libvirt_start" ;;
+		*) die "usage: $PROG libvirtd NAME start|stop|restart" ;;
+		esac
+		;;
+	cut | heal)
+		[ $# -eq 1 ] || die "usage: $PROG $cmd NAME"
+		valid_host "$1"
+		ns_exec "$1" bash -c "source '$SCRIPT'; host_$cmd"
+		;;
+	*) die "usage: $PROG up NAME...|down|exec NAME CMD...|libvirtd NAME start|stop|restart|cut NAME|heal NAME" ;;
+	esac
+}
+
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then main "$@"; fi
