@@ -414,4 +414,3 @@ func xmlField(doc, name string) string {
 	v = strings.TrimPrefix(v, "<![CDATA[")
 	return strings.TrimSuffix(v, "]]>")
 }
-
