@@ -72,8 +72,8 @@ for p in scons g++ bison flex ruby; do
 done
 
 mkdir -p "$CACHE"
-exec 9>>"$CACHE/.lock"
-flock -w 1800 9 || die "timed out waiting for $CACHE/.lock (another build?)"
+exec 9>>"$CACHE/.lock-$VERSION"
+flock -w 1800 9 || die "timed out waiting for $CACHE/.lock-$VERSION (another build of $VERSION?)"
 
 # key: the tarball's hash, or the cloned commit.
 clone=
@@ -129,7 +129,7 @@ if ! (cd "$tree" && ./install.sh -d "$dest" -u root -g root) >>"$buildlog" 2>&1;
 	tail -n 40 "$buildlog" >&2
 	die "install.sh failed (log: $buildlog)"
 fi
-[ -x "$dest/bin/oned" ] && [ -x "$dest/bin/onemonitord" ] || die "install.sh left no bin/oned or bin/onemonitord in $dest"
+[ -x "$dest/bin/oned" ] && [ -x "$dest/lib/mads/onemonitord" ] || die "install.sh left no bin/oned or lib/mads/onemonitord in $dest"
 # No gem bundle: let Debian's ruby-* gems be found (see the header).
 grep -rlZ --include='*' -e '%%RUBYGEMS_SETUP_BEGIN%%' -e "^require 'load_opennebula_paths'" "$dest" 2>/dev/null |
 	xargs -0 -r sed -i -e '/%%RUBYGEMS_SETUP_BEGIN%%/,/%%RUBYGEMS_SETUP_END%%/d' -e "/^require 'load_opennebula_paths'\$/d"

@@ -6,7 +6,8 @@
 #   test/oned/frontend.sh stop FE        stop FE's daemons (the tree stays)
 #   test/oned/frontend.sh start FE       start them again
 #   test/oned/frontend.sh down           stop every front-end
-#   test/oned/frontend.sh exec FE CMD... run CMD on FE as its oneadmin
+#   test/oned/frontend.sh exec FE CMD... run CMD on FE as root (oned's user)
+#   test/oned/frontend.sh oneadmin FE CMD...  ... as the uid oneadmin (9869)
 #   test/oned/frontend.sh env FE         print FE's export lines
 #
 # FE is one of (ports: test ports, see README):
@@ -33,8 +34,9 @@
 #                  and `linuxcontainers` market drivers dropped (their default
 #                  marketplaces would reach the internet,
 #                  src/market/MarketPlacePool.cc:38-49 in 7.4.0);
-#                  MONITORING_INTERVAL_DATASTORE 5 s (a new datastore has no
-#                  capacity until monitored); DATASTORE_LOCATION
+#                  MONITORING_INTERVAL_DATASTORE 20 s (a new datastore has no
+#                  capacity until monitored; shorter makes the Ceph monitor
+#                  runs, ~10 s each, pile up ahead of an image's mkfs); DATASTORE_LOCATION
 #                  /var/lib/one/datastores (as without ONE_LOCATION: each
 #                  host's own directory)
 #                  MONITORING_INTERVAL_HOST 3 (read only by the HA hook,
@@ -60,6 +62,7 @@ BRIDGE_IP=10.78.0.1
 ALL_FES=(fe74 fe74b fe610)
 declare -A VERSION=([fe74]=7.4.0 [fe74b]=7.4.0 [fe610]=6.10.5)
 declare -A PORT0=([fe74]=16780 [fe74b]=16785 [fe610]=16794)
+ONEADMIN_UID=9869
 
 valid_fe() {
 	local f
@@ -107,11 +110,27 @@ fe_files() {
 	printf 'oneadmin:%s\n' "$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$fs/root/.one/one_auth"
 	chmod 600 "$fs/root/.one/one_auth"
 
+	# OpenNebula's CLI refuses `onehost sync` as root
+	# (src/cli/one_helper/onehost_helper.rb:210-213 in 7.4.0): the
+	# front-end's own passwd and group have a oneadmin (uid 9869, home
+	# /var/lib/one as in the packages) for that command, with the suite's
+	# key and oneadmin's credentials.
+	cp /etc/passwd "$d/passwd"
+	cp /etc/group "$d/group"
+	getent passwd oneadmin >/dev/null || echo "oneadmin:x:$ONEADMIN_UID:$ONEADMIN_UID:OpenNebula:/var/lib/one:/bin/bash" >>"$d/passwd"
+	getent group oneadmin >/dev/null || echo "oneadmin:x:$ONEADMIN_UID:" >>"$d/group"
+	mkdir -p "$L/var/.ssh" "$L/var/.one"
+	cp "$fs/root/.ssh/id_ed25519" "$fs/root/.ssh/config" "$L/var/.ssh/"
+	cp "$fs/root/.one/one_auth" "$L/var/.one/"
+	: >"$L/var/remotes/.update"
+	chown -R "$ONEADMIN_UID:$ONEADMIN_UID" "$L/var/.ssh" "$L/var/.one" "$L/var/remotes/.update"
+	chmod 700 "$L/var/.ssh" "$L/var/.one"
+
 	local c=$L/etc/oned.conf
 	edit "$c" -e "s/^PORT = 2633\$/PORT = $p/" -e 's/^LISTEN_ADDRESS = "0.0.0.0"$/LISTEN_ADDRESS = "127.0.0.1"/'
 	edit "$c" -e 's/^\(    ARGUMENTS  = "-t 15 -m http,s3\),one,linuxcontainers"$/\1"/'
 	edit "$c" -e "s/-p 2101 -l 2102 -b 127.0.0.1/-p $((p + 2)) -l $((p + 3)) -b 127.0.0.1/"
-	edit "$c" -e 's/^MONITORING_INTERVAL_DATASTORE = 300$/MONITORING_INTERVAL_DATASTORE = 5/'
+	edit "$c" -e 's/^MONITORING_INTERVAL_DATASTORE = 300$/MONITORING_INTERVAL_DATASTORE = 20/'
 	edit "$c" -e 's|^#DATASTORE_LOCATION  = /var/lib/one/datastores$|DATASTORE_LOCATION  = /var/lib/one/datastores|'
 	local m=$L/etc/monitord.conf
 	edit "$m" -e "s/^    ADDRESS         = \"[0-9.:]*\",/    ADDRESS         = \"$BRIDGE_IP\",/" -e "s/^    PORT    = 4124,/    PORT    = $((p + 1)),/"
@@ -136,7 +155,8 @@ fe_files() {
 # fe_ns FE: runs inside the front-end's new namespaces (ns_start).
 fe_ns() {
 	local fe=$1 d=$ONED_DIR/$1 L=$ONED_DIR/$1/one fs=$ONED_DIR/$1/fs
-	shadow /etc one="$L/etc" hosts="$ONED_DIR/etc-hosts" hostname="$d/hostname" systemd="$fs/etc-systemd" ceph="$fs/etc-ceph"
+	shadow /etc one="$L/etc" hosts="$ONED_DIR/etc-hosts" hostname="$d/hostname" systemd="$fs/etc-systemd" ceph="$fs/etc-ceph" \
+		passwd="$d/passwd" group="$d/group"
 	shadow /var/lib one="$L/var" rbdfence="$fs/var-lib-rbdfence"
 	private /run "$fs/run"
 	private /var/tmp "$fs/var-tmp"
@@ -158,6 +178,10 @@ fe_start() {
 	fi
 	for i in $(seq 1 600); do
 		if env -i "${env[@]}" timeout 10 "$L/bin/oneuser" show 0 >/dev/null 2>&1; then break; fi
+		if ((i > 30)) && ! pgrep -f "^$L/bin/oned" >/dev/null; then
+			tail -n 5 "$L/var/oned.stdout" "$L/var/oned.log" >&2 2>/dev/null || true
+			die "oned of $fe exited (log: $L/var/oned.log)"
+		fi
 		if ((i == 600)); then
 			tail -n 30 "$L/var/oned.log" >&2 || true
 			die "oned of $fe does not answer after 60s (log: $L/var/oned.log)"
@@ -168,7 +192,7 @@ fe_start() {
 		( cd "$L/var" && daemon env -i "${env[@]}" setsid "$L/bin/mm_sched" >>"$L/var/sched.stdout" 2>&1 </dev/null & )
 	fi
 	if ! pgrep -f "$L/lib/onehem/onehem-server.rb" >/dev/null; then
-		daemon env -i "${env[@]}" "$L/bin/onehem-server" start >&2 </dev/null ||
+		daemon env -i "${env[@]}" "$L/bin/onehem-server" start >>"$L/var/onehem.stdout" 2>&1 </dev/null ||
 			die "onehem-server of $fe did not start (log: $L/var/onehem.log)"
 	fi
 }
@@ -180,7 +204,8 @@ fe_stop() {
 	mapfile -t env < <(fe_env "$fe")
 	env -i "${env[@]}" "$L/bin/onehem-server" stop >/dev/null 2>&1 || true
 	pkill -TERM -f "^$L/bin/mm_sched" 2>/dev/null || true
-	pid=$(cat "$L/var/oned.pid" 2>/dev/null || true)
+	# oned -f writes no pid file: find it by its path (FE's own tree)
+	pid=$(pgrep -f "^$L/bin/oned -f" | head -n 1 || true)
 	if [[ $pid =~ ^[0-9]+$ ]] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = oned ]; then
 		kill -TERM "$pid"
 		for i in $(seq 1 300); do
@@ -221,6 +246,16 @@ main() {
 		local -a env
 		mapfile -t env < <(fe_env "$fe")
 		ns_exec "$fe" env -i "${env[@]}" "$@"
+		;;
+	oneadmin)
+		# as the front-end's oneadmin (for the commands that refuse root)
+		[ $# -ge 2 ] || die "usage: $PROG oneadmin FE CMD..."
+		valid_fe "$1"
+		local fe=$1
+		shift
+		local -a env
+		mapfile -t env < <(fe_env "$fe" | sed -e 's|^ONE_AUTH=.*|ONE_AUTH=/var/lib/one/.one/one_auth|' -e 's|^HOME=.*|HOME=/var/lib/one|' -e 's|^USER=.*|USER=oneadmin|')
+		ns_exec "$fe" setpriv --reuid "$ONEADMIN_UID" --regid "$ONEADMIN_UID" --clear-groups env -i "${env[@]}" "$@"
 		;;
 	env)
 		[ $# -eq 1 ] || die "usage: $PROG env FE"

@@ -76,7 +76,9 @@ setup_common() {
 	{
 		echo "127.0.0.1 localhost"
 		echo "::1 localhost ip6-localhost ip6-loopback"
-		echo "$BRIDGE_IP rbdo-fe"
+		# the front-ends (frontend.sh) are on the bridge address; oned
+		# resolves its own hostname at start
+		echo "$BRIDGE_IP rbdo-fe rbdo-fe74 rbdo-fe74b rbdo-fe610"
 		local h
 		for h in "${ALL_HOSTS[@]}"; do echo "${IP[$h]} $h"; done
 	} >"$ONED_DIR/etc-hosts"

@@ -59,6 +59,9 @@ type Stack struct {
 	// Hypervisor is the VM_MAD of the hosts: kvm with /dev/kvm, else qemu.
 	Hypervisor string
 	dir        string
+
+	monPaused   bool
+	resumeMonFn func() error
 }
 
 var stacks sync.Map // fe -> *stackOnce
@@ -297,7 +300,7 @@ func (s *Stack) addHosts(ctx context.Context) error {
 			return err
 		}
 	}
-	if _, err := s.exec(ctx, "onehost", "sync", "--force"); err != nil {
+	if _, err := sh(ctx, "", "frontend.sh", "oneadmin", s.FE, "onehost", "sync", "--force"); err != nil {
 		return err
 	}
 	return nil
@@ -357,18 +360,25 @@ BRIDGE_LIST = "%s"
 		return err
 	}
 	s.SystemDS, s.ImageDS = sys, img
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
-		out, err := s.exec(ctx, "onedatastore", "show", strconv.Itoa(img), "-x")
-		if err == nil {
-			if mb, _ := strconv.Atoi(xmlField(out, "FREE_MB")); mb > 0 {
-				return nil
+	// Both must be monitored: images need the image datastore's capacity,
+	// the scheduler the system datastore's.
+	for _, ds := range []int{img, sys} {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			out, err := s.exec(ctx, "onedatastore", "show", strconv.Itoa(ds), "-x")
+			if err == nil {
+				if mb, _ := strconv.Atoi(xmlField(out, "FREE_MB")); mb > 0 {
+					break
+				}
 			}
+			if time.Now().After(deadline) {
+				out, _ := s.exec(ctx, "onedatastore", "show", strconv.Itoa(ds))
+				return fmt.Errorf("datastore %d not monitored after 2m:\n%s", ds, out)
+			}
+			time.Sleep(500 * time.Millisecond)
 		}
-		time.Sleep(500 * time.Millisecond)
 	}
-	out, _ := s.exec(ctx, "onedatastore", "show", strconv.Itoa(img))
-	return fmt.Errorf("image datastore %d not monitored after 2m:\n%s", img, out)
+	return nil
 }
 
 // createFromTemplate runs `<cmd> create FILE` with tpl and returns the ID.

@@ -254,7 +254,7 @@ func VMTemplate(name string, disks ...Image) string {
 	return b.String()
 }
 
-// NewVM creates a VM from tpl (onevm create) and returns its ID; PENDING.
+// NewVM creates a VM from tpl (onevm create --hold) and returns its ID; HOLD.
 func (s *Stack) NewVM(t testenv.T, tpl string) int {
 	t.Helper()
 	f, err := os.CreateTemp(s.dir, "vm-")
@@ -266,7 +266,9 @@ func (s *Stack) NewVM(t testenv.T, tpl string) int {
 		t.Fatal(err)
 	}
 	f.Close()
-	id, err := parseID(s.One(t, "onevm", "create", f.Name()))
+	// --hold: oned 7.x's scheduler would place a PENDING VM by itself
+	// (SCHED_MAD); the test deploys it with onevm deploy.
+	id, err := parseID(s.One(t, "onevm", "create", "--hold", f.Name()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,5 +313,15 @@ func (s *Stack) GuestWrite(t testenv.T, h Host, vm int, pattern byte) bool {
 			t.Fatalf("qemu-io on %s (%s) gave no result in 30s; log since: %q", dom, h.Name, tail(out, 10))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// WaitHost waits until host name is in state want (MONITORED, ERROR, ...).
+func (s *Stack) WaitHost(t testenv.T, name, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := s.waitHostState(ctx, name, want, 2*time.Minute); err != nil {
+		t.Fatal(err)
 	}
 }
