@@ -232,7 +232,12 @@ main() {
 	start | stop)
 		[ $# -eq 1 ] || die "usage: $PROG $cmd FE"
 		valid_fe "$1"
-		ns_exec "$1" bash -c "source '$SCRIPT'; fe_$cmd '$1'"
+		# The daemons started here must not hold the caller's stdout or
+		# stderr open: everything goes to FE/start.log.
+		if ! ns_exec "$1" bash -c "source '$SCRIPT'; fe_$cmd '$1'" </dev/null >>"$ONED_DIR/$1/start.log" 2>&1; then
+			tail -n 20 "$ONED_DIR/$1/start.log" >&2
+			die "$cmd of $1 failed (log: $ONED_DIR/$1/start.log)"
+		fi
 		;;
 	down)
 		local f
