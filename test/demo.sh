@@ -54,7 +54,8 @@ set -e
 say "rbdfence fence: blocklist the zombie's exact address, wait for the OSD map, break its lock"
 "$BIN/rbdfence" fence --config "$DIR/rbdfence.yaml" --image "$IMG"
 
-sleep 0.5
+# The zombie's OSD refuses it once it has the new map (usually within a second).
+for _ in $(seq 150); do grep -q '"errno":108' "$DIR/zombie.log" && break; sleep 0.2; done
 say "The zombie's writes now fail with error 108 (blocklisted)"
 grep '"ok":false' "$DIR/zombie.log" | head -n 3
 grep -q '"errno":108' "$DIR/zombie.log" || { echo "demo FAILED: the zombie still writes"; exit 1; }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/collision"
@@ -28,7 +29,7 @@ type entry struct {
 	Until    time.Time `json:"until"`
 	TimeLeft string    `json:"time_left"`
 	Ours     bool      `json:"ours"`
-	VM       int       `json:"vm"`
+	VM       *int      `json:"vm"` // null: no VM (not ours, or a whole-address fence)
 	Image    string    `json:"image,omitempty"`
 	Host     string    `json:"host,omitempty"`
 	FencedAt time.Time `json:"fenced_at,omitzero"`
@@ -70,9 +71,12 @@ func entries(ctx context.Context, cfg *config.Config, s *fencer.Session) ([]entr
 	now := time.Now()
 	var out []entry
 	for _, e := range list {
-		en := entry{Address: e.Addr, Until: e.Until, TimeLeft: e.Until.Sub(now).Round(time.Second).String(), VM: -1}
+		en := entry{Address: e.Addr, Until: e.Until, TimeLeft: e.Until.Sub(now).Round(time.Second).String()}
 		if r, ok := last[e.Addr]; ok {
-			en.Ours, en.VM, en.Image, en.Host, en.FencedAt, en.Op = true, r.VM, r.Image, r.Host, r.Time, r.Op
+			en.Ours, en.Image, en.Host, en.FencedAt, en.Op = true, r.Image, r.Host, r.Time, r.Op
+			if r.VM >= 0 { // the audit log's -1: a fence of no VM
+				en.VM = &r.VM
+			}
 		}
 		out = append(out, en)
 	}
@@ -118,8 +122,8 @@ func runBlocklist(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fmt.Fprintln(tw, "ADDRESS\tVM\tIMAGE\tHOST\tEXPIRES\tTIME LEFT\tFENCED AT")
 	for _, e := range shown {
 		vm := "-"
-		if e.VM >= 0 {
-			vm = fmt.Sprint(e.VM)
+		if e.VM != nil {
+			vm = fmt.Sprint(*e.VM)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Address, vm, dash(e.Image), dash(e.Host), fmtTime(e.Until), e.TimeLeft, fmtTime(e.FencedAt))
 	}
@@ -141,8 +145,8 @@ func runUnfence(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	fs := flag.NewFlagSet("unfence", flag.ContinueOnError)
 	var c common
 	c.register(fs)
-	vm := fs.Int("vm", -1, "remove every entry rbdfence added for this VM")
-	host := fs.String("host", "", "remove every entry fence-host added for this host (once it is repaired)")
+	vm := fs.Int("vm", -1, "remove every entry rbdfence added for VM `ID`")
+	host := fs.String("host", "", "remove every entry fence-host added for host `NAME` (once it is repaired)")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	var addrArg string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -187,7 +191,7 @@ func runUnfence(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 	var targets []entry
 	for _, e := range es {
-		if (addrArg != "" && e.Address == want.String()) || (*vm >= 0 && e.Ours && e.VM == *vm) || fencedHost[e.Address] {
+		if (addrArg != "" && e.Address == want.String()) || (*vm >= 0 && e.VM != nil && *e.VM == *vm) || fencedHost[e.Address] {
 			targets = append(targets, e)
 		}
 	}
@@ -211,9 +215,18 @@ func runUnfence(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		if err := s.Cluster.Unblocklist(ctx, a); err != nil {
 			return err // a CapError names the cap to grant
 		}
-		recs = append(recs, audit.Record{Time: time.Now().UTC(), Run: run, Op: "unfence", VM: e.VM, Host: e.Host, Image: e.Image,
-			Address: e.Address, Action: "unblocklisted", Result: "ok"})
-		fmt.Fprintf(stdout, "unfenced %s (VM %d, image %s)\n", e.Address, e.VM, dash(e.Image))
+		rec := audit.Record{Time: time.Now().UTC(), Run: run, Op: "unfence", VM: -1, Host: e.Host, Image: e.Image,
+			Address: e.Address, Action: "unblocklisted", Result: "ok"}
+		what := "not added by rbdfence"
+		switch {
+		case e.VM != nil:
+			rec.VM = *e.VM
+			what = fmt.Sprintf("VM %d, image %s", *e.VM, dash(e.Image))
+		case e.Ours:
+			what = "added by rbdfence " + dash(e.Op) + " for host " + dash(e.Host)
+		}
+		recs = append(recs, rec)
+		fmt.Fprintf(stdout, "unfenced %s (%s)\n", e.Address, what)
 	}
 	if err := audit.Append(cfg.AuditLog, recs); err != nil {
 		fmt.Fprintln(stderr, "rbdfence: audit log not written:", err)

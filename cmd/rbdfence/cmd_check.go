@@ -2,14 +2,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
 	"time"
 
+	flag "github.com/spf13/pflag"
+
 	"github.com/rbdfence/rbdfence/internal/audit"
+	"github.com/rbdfence/rbdfence/internal/checkjson"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/fencer"
 	"github.com/rbdfence/rbdfence/internal/outcome"
@@ -26,8 +27,8 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, dryR
 	var c common
 	var images listFlag
 	c.register(fs)
-	fs.Var(&images, "image", "POOL/IMAGE (repeatable)")
-	vmID := fs.Int("vm", -1, "check: the disks of this VM (from oned)")
+	fs.Var(&images, "image", "an image, `POOL/IMAGE` or POOL/NAMESPACE/IMAGE (repeatable)")
+	vmID := fs.Int("vm", -1, "check: the disks of VM `ID` (from oned)")
 	all := fs.Bool("all", false, "check: every VM (from oned), with progress on a terminal")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -93,9 +94,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, dryR
 	}
 	recordMetrics(cfg, log, name, start, r, outcome.Of(r.Err()))
 	if c.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
+		if err := checkjson.Write(stdout, checkjson.FromReport(r, dryRun)); err != nil {
 			return err
 		}
 	} else {

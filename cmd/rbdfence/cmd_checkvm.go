@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
+	"github.com/rbdfence/rbdfence/internal/checkjson"
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/fencer"
@@ -16,14 +16,14 @@ import (
 
 // vmCheck is the result of checking one VM.
 type vmCheck struct {
-	VM      int            `json:"vm"`
-	Name    string         `json:"name"`
-	Host    string         `json:"host"`
-	Seq     int            `json:"seq"`
-	Running bool           `json:"running"`
-	Claim   *engine.Claim  `json:"claim,omitempty"`
-	Report  *engine.Report `json:"report,omitempty"`
-	Error   string         `json:"error,omitempty"`
+	VM      int
+	Name    string
+	Host    string
+	Seq     int
+	Running bool
+	Claim   *engine.Claim
+	Report  *engine.Report
+	Error   string
 }
 
 // lcmRunning is OpenNebula's LCM state RUNNING (with STATE ACTIVE).
@@ -38,7 +38,7 @@ const (
 func runCheckVMs(ctx context.Context, cfg *config.Config, vmID int, all, asJSON bool, stdout, stderr io.Writer) error {
 	one, err := opennebula.New(cfg.OpenNebula.Endpoint, cfg.OpenNebula.AuthFile, time.Duration(cfg.Timeouts.Oned))
 	if err != nil {
-		return &configError{err}
+		return &configError{fmt.Errorf("check --vm/--all reads the VMs from oned: %w (check opennebula.endpoint and opennebula.auth_file)", err)}
 	}
 	var vms []*opennebula.VMInfo
 	if all {
@@ -49,7 +49,11 @@ func runCheckVMs(ctx context.Context, cfg *config.Config, vmID int, all, asJSON 
 		vms = []*opennebula.VMInfo{vm}
 	}
 	if err != nil {
-		return err
+		what := "check --all: listing the VMs"
+		if !all {
+			what = fmt.Sprintf("check --vm %d", vmID)
+		}
+		return onedError(what, err)
 	}
 	progress := isTerminal(stderr)
 	var results []vmCheck
@@ -78,12 +82,13 @@ func runCheckVMs(ctx context.Context, cfg *config.Config, vmID int, all, asJSON 
 		fmt.Fprintf(stderr, "\r%s\r", "                                        ")
 	}
 	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if results == nil {
-			results = []vmCheck{}
+		out := checkjson.VMs{DryRun: true, VMs: []checkjson.VM{}, Errors: failed}
+		for _, r := range results {
+			v := checkjson.VM{VM: r.VM, Name: r.Name, Host: r.Host, Seq: r.Seq, Running: r.Running, Claim: r.Claim, Report: checkjson.FromReport(r.Report, true), Error: r.Error}
+			out.WouldFence += v.Report.WouldFence
+			out.VMs = append(out.VMs, v)
 		}
-		if err := enc.Encode(results); err != nil {
+		if err := checkjson.Write(stdout, out); err != nil {
 			return err
 		}
 	} else {
@@ -92,7 +97,7 @@ func runCheckVMs(ctx context.Context, cfg *config.Config, vmID int, all, asJSON 
 			if r.Running {
 				state = "running: its recorded instance is kept"
 			}
-			fmt.Fprintf(stdout, "VM %d %s on %s (deploy #%d, %s)\n", r.VM, r.Name, r.Host, r.Seq, state)
+			fmt.Fprintf(stdout, "VM %d %s on %s (%s, %s)\n", r.VM, r.Name, r.Host, deploy(r.Seq), state)
 			if r.Error != "" {
 				fmt.Fprintf(stdout, "  error: %s\n", r.Error)
 			}

@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/collision"
@@ -39,8 +40,8 @@ func runClaim(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("claim "+verb, flag.ContinueOnError)
 	var c common
 	c.register(fs)
-	vm := fs.Int("vm", -1, "VM id")
-	pool := fs.String("pool", "one", "pool holding the claim")
+	vm := fs.Int("vm", -1, "the VM's `ID`")
+	pool := fs.String("pool", "one", "`POOL` holding the claim")
 	apply := fs.Bool("apply", false, "gc: reset the claims listed (default: only list them)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
@@ -131,7 +132,7 @@ func claimReset(ctx context.Context, cfg *config.Config, s *fencer.Session, pool
 		fmt.Fprintf(stdout, "VM %d had no claim in pool %s (audited)\n", vm, pool)
 		return nil
 	}
-	fmt.Fprintf(stdout, "VM %d: claim of deploy #%d on %s removed (audited); the next start claims the VM afresh\n", vm, prev.Seq, prev.Host)
+	fmt.Fprintf(stdout, "VM %d: claim of %s on %s removed (audited); the next start claims the VM afresh\n", vm, deploy(prev.Seq), prev.Host)
 	return nil
 }
 
@@ -202,7 +203,7 @@ func claimGC(ctx context.Context, cfg *config.Config, s *fencer.Session, pool st
 			case en.Error != "":
 				what = "NOT reset: " + en.Error
 			}
-			fmt.Fprintf(stdout, "VM %d (deploy #%d on %s, %s): %s\n", en.VM, en.Seq, en.Host, en.Reason, what)
+			fmt.Fprintf(stdout, "VM %d (%s on %s, %s): %s\n", en.VM, deploy(en.Seq), en.Host, en.Reason, what)
 		}
 		if !apply && len(out) > 0 {
 			fmt.Fprintf(stdout, "dry run: %d claim(s) listed; run 'rbdfence claim gc --apply' to reset them\n", len(out))

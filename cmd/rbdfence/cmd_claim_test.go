@@ -134,7 +134,13 @@ func TestClaimResetAndGC(t *testing.T) {
 		t.Fatalf("audit log after reset: %+v %v", recs, err)
 	}
 	ut, _ := sim.UserTemplate(live)
-	if ev := ut.Get(opennebula.AttrEvent); len(ev) != 1 || ev[0].Vector["ACTION"] != "claim-reset" {
+	var ev []onedsim.Attribute
+	for _, a := range ut {
+		if opennebula.IsEventAttr(a.Name) {
+			ev = append(ev, a)
+		}
+	}
+	if len(ev) != 1 || ev[0].Vector["ACTION"] != "claim-reset" {
 		t.Fatalf("the reset must raise an event on VM %d: %s", live, ut.String())
 	}
 

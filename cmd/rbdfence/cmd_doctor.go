@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
 	"sort"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/config"
@@ -103,8 +104,8 @@ func runDoctor(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
 	var c common
 	c.register(fs)
-	root := fs.String("root", "/", "filesystem root of the installation (for packaging checks)")
-	role := fs.String("role", "auto", "what to check: auto, host, frontend or all")
+	root := fs.String("root", "/", "the installation's filesystem root, `DIR` (for packaging checks)")
+	role := fs.String("role", "auto", "what to check, `ROLE`: auto (what is installed), host, frontend or all")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/events"
@@ -35,10 +36,10 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fs := flag.NewFlagSet("events", flag.ContinueOnError)
 	var o eventsOptions
-	fs.StringVar(&o.configPath, "config", "", "config file (default $RBDFENCE_CONFIG or "+config.DefaultPath+")")
-	fs.IntVar(&o.vm, "vm", -1, "only this VM's events")
-	fs.StringVar(&o.since, "since", "", "only events at or after T: RFC 3339 time, YYYY-MM-DD, or an age like 24h or 7d")
-	fs.BoolVar(&o.json, "json", false, "print the events as JSON on stdout")
+	fs.StringVar(&o.configPath, "config", "", "config `FILE` (default $RBDFENCE_CONFIG or "+config.DefaultPath+")")
+	fs.IntVar(&o.vm, "vm", -1, "only the events of VM `ID`")
+	fs.StringVar(&o.since, "since", "", "only events at or after `T`: RFC 3339 time, YYYY-MM-DD, or an age like 24h or 7d")
+	fs.BoolVarP(&o.json, "json", "j", false, "print the events as JSON on stdout")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -61,7 +62,7 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer cancel()
 	evs, err := client.ListEvents(ctx, o.vm, since)
 	if err != nil {
-		return fmt.Errorf("listing events: %w", err)
+		return onedError("events: listing the events", err)
 	}
 	if o.json {
 		if evs == nil {
@@ -89,13 +90,13 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // over ssh (frontend.Collect): hosts hold no oned credentials.
 func runEventsFlush(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("events flush", flag.ContinueOnError)
-	configPath := fs.String("config", "", "config file (default $RBDFENCE_CONFIG or "+config.DefaultPath+")")
-	asJSON := fs.Bool("json", false, "print the result as JSON on stdout")
+	configPath := fs.String("config", "", "config `FILE` (default $RBDFENCE_CONFIG or "+config.DefaultPath+")")
+	asJSON := fs.BoolP("json", "j", false, "print the result as JSON on stdout")
 	var hosts stringList
-	fs.Var(&hosts, "host", "collect only from this host (repeatable; any state but it must be in oned's pool)")
+	fs.Var(&hosts, "host", "collect only from host `NAME` (repeatable; any state but it must be in oned's pool)")
 	noHosts := fs.Bool("no-hosts", false, "deliver this machine's spool only, collect from no host")
-	onedConf := fs.String("oned-conf", "/etc/one/oned.conf", "oned.conf, for the VM_MADs that run the kvm driver")
-	hostTimeout := fs.String("host-timeout", "", "bound of one host's collection (default timeouts.ssh + timeouts.total)")
+	onedConf := fs.String("oned-conf", "/etc/one/oned.conf", "oned.conf `FILE`, for the VM_MADs that run the kvm driver")
+	hostTimeout := fs.String("host-timeout", "", "bound `D` of one host's collection (default timeouts.ssh + timeouts.total)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -227,6 +228,8 @@ func collectHosts(ctx context.Context, cfg *config.Config, spool *events.Spool, 
 type stringList []string
 
 func (s *stringList) String() string { return strings.Join(*s, ",") }
+
+func (s *stringList) Type() string { return "string" }
 
 func (s *stringList) Set(v string) error {
 	if strings.TrimSpace(v) == "" {

@@ -4,15 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
 	"strings"
 	"time"
 
+	flag "github.com/spf13/pflag"
+
 	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/collision"
+	"github.com/rbdfence/rbdfence/internal/hostaddrs"
 	"github.com/rbdfence/rbdfence/internal/hostfence"
 	"github.com/rbdfence/rbdfence/internal/opennebula"
 	"github.com/rbdfence/rbdfence/internal/outcome"
@@ -26,11 +28,11 @@ func runFenceHost(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	fs := flag.NewFlagSet("fence-host", flag.ContinueOnError)
 	var c common
 	c.register(fs)
-	hostArg := fs.String("host", "", "the host's NAME or ID (default: its XML, base64, on stdin, as OpenNebula's HA hook sends it)")
+	hostArg := fs.String("host", "", "the host's `NAME` or ID (default: its XML, base64, on stdin, as OpenNebula's HA hook sends it)")
 	whole := fs.Bool("whole-address", false, "also blocklist every address of the host as a whole (ip:0/0): every Ceph client there, OSDs included")
-	quiet := fs.Duration("quiet", hostfence.DefaultQuiet, "refuse a host that oned heard from less than this long ago")
+	quiet := fs.Duration("quiet", hostfence.DefaultQuiet, "refuse a host that oned heard from less than `D` ago")
 	var addrs listFlag
-	fs.Var(&addrs, "host-addr", "an address the host's Ceph clients use (repeatable; default: its name resolved)")
+	fs.Var(&addrs, "host-addr", "an `IP` address the host's Ceph clients use (repeatable; default: the host template's "+opennebula.AttrHostAddresses+", else its name resolved)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -47,6 +49,9 @@ func runFenceHost(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	}
 	hostID := -1
 	if *hostArg == "" {
+		if isTerminal(stdin) {
+			fmt.Fprintln(stderr, "rbdfence fence-host: no --host given: reading the host's XML, base64, from stdin, as OpenNebula's HA hook sends it (end with Ctrl-D; or give --host NAME)")
+		}
 		h, err := hostfence.ReadHookInput(stdin)
 		if err != nil {
 			return usagef("%v (or give --host NAME)", err)
@@ -91,6 +96,12 @@ func runFenceHost(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	if err := hostfence.Eligible(host, time.Now(), *quiet); err != nil {
 		return fail(err)
 	}
+	// The host's identity: what the operator said (--host-addr, else the
+	// host template's addresses), else its name resolved.
+	ips, from, err := hostaddrs.Of(ctx, host, ips)
+	if err != nil {
+		return fail(usagef("fence-host: %v; nothing was fenced", err))
+	}
 	vms, err := one.VMsOnHost(ctx, host.Name)
 	if err != nil {
 		return fail(onedErr("listing the VMs on "+host.Name, err))
@@ -98,7 +109,7 @@ func runFenceHost(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	run := audit.NewRunID()
 	l := log.WithField("op", hostfence.Op).WithField("host", host.Name).WithField("run", run)
 	l.Debugf("oned: host and %d VM(s) read in %s", len(vms), time.Since(start).Round(time.Millisecond))
-	l.Infof("host %s (%d) is %s: fencing the Ceph clients of %d VM(s)", host.Name, host.ID, opennebula.HostStateName(host.State), len(vms))
+	l.Infof("host %s (%d) is %s: fencing the Ceph clients of %d VM(s) (host addresses %v, from %s, and those its claims record)", host.Name, host.ID, opennebula.HostStateName(host.State), len(vms), ips, from)
 	res, err := hostfence.Run(ctx, cfg, hostfence.Request{Host: host, VMs: vms, HostIPs: ips, WholeAddress: *whole, Run: run})
 	if res == nil {
 		return fail(&configError{err})

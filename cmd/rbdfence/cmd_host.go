@@ -3,11 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/syslog"
 	"time"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
 	"github.com/rbdfence/rbdfence/internal/config"
@@ -54,6 +55,9 @@ func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return err
 	}
 	if err := parseFlags(fs, args); err != nil {
+		if isHelp(err) {
+			return err
+		}
 		_ = write(&hoststep.Response{Kind: outcome.Usage, Error: err.Error()})
 		return err
 	}

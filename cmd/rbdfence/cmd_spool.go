@@ -3,8 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"io"
+
+	flag "github.com/spf13/pflag"
 
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/events"
@@ -22,7 +23,7 @@ func runSpool(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 	}
 	op := args[0]
 	fs := flag.NewFlagSet("spool "+op, flag.ContinueOnError)
-	configPath := fs.String("config", "", "config file (default $RBDFENCE_CONFIG or "+config.DefaultPath+")")
+	configPath := fs.String("config", "", "config `FILE` (default $RBDFENCE_CONFIG or "+config.DefaultPath+")")
 	fail := func(kind outcome.Kind, err error) error {
 		if op == "list" {
 			_ = json.NewEncoder(stdout).Encode(&hostspool.List{Version: hostspool.Version, Error: err.Error(), Events: []events.Event{}})
@@ -32,6 +33,9 @@ func runSpool(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 		return outcome.Errorf(kind, "%w", err)
 	}
 	if err := parseFlags(fs, args[1:]); err != nil {
+		if isHelp(err) {
+			return err
+		}
 		return fail(outcome.Usage, err)
 	}
 	cfg, err := loadConfig(*configPath)

@@ -1,6 +1,12 @@
 // Command rbdfence is the operator's CLI and the host-side step of the
 // OpenNebula drivers: it finds every client of a VM's RBD images and fences
-// the foreign ones. Run "rbdfence help" for the verbs and exit codes.
+// the foreign ones. Run "rbdfence help" for the verbs and exit codes,
+// "rbdfence VERB --help" for a verb's flags.
+//
+// Flags are GNU style (github.com/spf13/pflag, imported as flag: the same
+// FlagSet methods as the standard library's): --long names, -j for --json,
+// -v for --verbose, -h/--help on every verb, flags before or after
+// positional arguments, and the common flags also before the verb.
 package main
 
 import (
@@ -11,40 +17,11 @@ import (
 	"os"
 	"strings"
 
+	flag "github.com/spf13/pflag"
+
 	"github.com/rbdfence/rbdfence/internal/ceph"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 )
-
-const usageHead = `usage: rbdfence <verb> [flags]
-
-verbs:
-  check  --image POOL/IMAGE [...]   dry run: show every client and what fence would do
-  check  --vm ID | --all            the same for a VM's disks (from oned); a running VM's instance is kept
-  fence  --image POOL/IMAGE [...]   blocklist and unlock every foreign client
-  host   <op>                       host-side step of the OpenNebula drivers (JSON on stdin/stdout)
-  claim  show --vm ID --pool POOL   show a VM's claim
-  claim  reset --vm ID [--pool P]   empty a VM's claim (audited, raises an event; refused while a run holds it)
-  claim  gc [--apply] [--pool P]    claims of VMs oned reports DONE or does not know (dry run without --apply)
-  events [--vm ID] [--since T] [--json]   list lock-collision events of all VMs (from oned)
-  events flush [--host NAME] [--no-hosts]  deliver the spooled events to oned: this machine's,
-                                    then every KVM host's, collected over ssh (front-end)
-  spool  list | ack                 host side of that collection (JSON on stdout; ack: ids on stdin)
-  blocklist ls [--all]              blocklist entries rbdfence added (VM, image, expiry, time left)
-  unfence ADDRESS | --vm ID | --host NAME [--yes]  remove our blocklist entries (needs the blocklistop=rm cap)
-  fence-host [--host NAME|ID] [--whole-address] [--host-addr IP] [--quiet 2m]
-                                    HA hook fence: blocklist every Ceph client of the VMs on a failed
-                                    host (ERROR/OFFLINE, silent); without --host, the host's XML
-                                    base64 on stdin (OpenNebula's ft/fence_host.sh contract)
-  doctor [--role auto|host|frontend|all] [--root DIR]  check config, Ceph caps, hook, wrappers, VM_MAD, oned
-  version                           print the version
-
-common flags: --config FILE (or $RBDFENCE_CONFIG; default /etc/one/rbdfence.yaml)
-  --mon-host H[,H] --id USER --keyring FILE --ceph-conf FILE --json
-
-`
-
-// usage ends with the exit codes, from the one table (internal/outcome).
-var usage = usageHead + "exit codes:\n" + outcome.Text()
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
@@ -59,43 +36,83 @@ func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(form
 
 var errFound = outcome.Errorf(outcome.Found, "foreign clients found")
 
+// runFunc runs one verb with the arguments after it.
+type runFunc func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error
+
+// verbs maps each verb to its run function; its help is in help.go.
+var verbs = map[string]runFunc{
+	"check": func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+		return runCheck(ctx, args, stdout, stderr, true)
+	},
+	"fence": func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+		return runCheck(ctx, args, stdout, stderr, false)
+	},
+	"host": runHost,
+	"spool": func(ctx context.Context, args []string, stdin io.Reader, stdout, _ io.Writer) error {
+		return runSpool(ctx, args, stdin, stdout)
+	},
+	"claim": func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+		return runClaim(ctx, args, stdout, stderr)
+	},
+	"events": func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+		return runEvents(ctx, args, stdout, stderr)
+	},
+	"blocklist": func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+		return runBlocklist(ctx, args, stdout, stderr)
+	},
+	"unfence":    runUnfence,
+	"fence-host": runFenceHost,
+	"doctor": func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+		return runDoctor(ctx, args, stdout, stderr)
+	},
+	"version": func(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
+		if err := parseFlags(flag.NewFlagSet("version", flag.ContinueOnError), args); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "rbdfence", version)
+		return nil
+	},
+}
+
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, ceph.QuietLibrados()))
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	globals, args, err := splitGlobals(args)
+	if err != nil {
+		return exitCode(err, stderr)
+	}
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		if len(globals) > 0 && isHelpArg(globals[len(globals)-1]) {
+			fmt.Fprint(stdout, usage())
+			return 0
+		}
+		if len(globals) > 0 && globals[len(globals)-1] == "--version" {
+			fmt.Fprintln(stdout, "rbdfence", version)
+			return 0
+		}
+		fmt.Fprint(stderr, usage())
 		return outcome.Usage.Code()
 	}
-	var err error
-	switch args[0] {
-	case "check":
-		err = runCheck(ctx, args[1:], stdout, stderr, true)
-	case "fence":
-		err = runCheck(ctx, args[1:], stdout, stderr, false)
-	case "host":
-		err = runHost(ctx, args[1:], stdin, stdout, stderr)
-	case "spool":
-		err = runSpool(ctx, args[1:], stdin, stdout)
-	case "claim":
-		err = runClaim(ctx, args[1:], stdout, stderr)
-	case "events":
-		err = runEvents(ctx, args[1:], stdout, stderr)
-	case "blocklist":
-		err = runBlocklist(ctx, args[1:], stdout, stderr)
-	case "unfence":
-		err = runUnfence(ctx, args[1:], stdin, stdout, stderr)
-	case "fence-host":
-		err = runFenceHost(ctx, args[1:], stdin, stdout, stderr)
-	case "doctor":
-		err = runDoctor(ctx, args[1:], stdout, stderr)
-	case "version", "--version":
-		fmt.Fprintln(stdout, "rbdfence", version)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-	default:
-		err = usagef("unknown verb %q (try: rbdfence help)", args[0])
+	name, rest := args[0], args[1:]
+	if name == "help" {
+		return help(rest, stdout, stderr)
+	}
+	f, ok := verbs[name]
+	if !ok {
+		return exitCode(usagef("unknown verb %q (verbs: %s; try: rbdfence help)", name, strings.Join(verbNames(), ", ")), stderr)
+	}
+	// A verb of sub-verbs (claim show, ...) asked for its help.
+	if len(rest) > 0 && isHelpArg(rest[0]) && len(subVerbs(name)) > 0 && name != "events" {
+		fmt.Fprint(stdout, groupHelp(name))
+		return 0
+	}
+	err = f(ctx, withGlobals(rest, globals), stdin, stdout, stderr)
+	var h *helpRequest
+	if errors.As(err, &h) {
+		fmt.Fprint(stdout, h.text())
+		return 0
 	}
 	return exitCode(err, stderr)
 }

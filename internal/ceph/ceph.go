@@ -73,6 +73,8 @@ func (e *ConnectError) Error() string {
 	switch {
 	case e.Errno == int(syscall.EACCES) || e.Errno == int(syscall.EPERM):
 		return fmt.Sprintf("Ceph monitors %s refused client.%s: check the key in the keyring and the user's caps", mons, e.User)
+	case errors.As(e.Err, new(*UnresolvedError)):
+		return fmt.Sprintf("Ceph monitors %s: %v; check ceph.mon_host (or the disk's CEPH_HOST) and the name service", mons, e.Err)
 	case e.Errno == int(syscall.ETIMEDOUT) || errors.Is(e.Err, context.DeadlineExceeded):
 		return fmt.Sprintf("cannot reach Ceph monitors %s as client.%s: timed out; check mon_host (on a port other than 6789/3300 write v1: or v2: before the address), the network and the key", mons, e.User)
 	}
@@ -177,6 +179,13 @@ func Connect(ctx context.Context, cfg Config) (*Cluster, error) {
 	for _, o := range opts {
 		if err := conn.SetConfigOption(o[0], o[1]); err != nil {
 			return fail("setting "+o[0], err)
+		}
+	}
+	// mon_host as librados will read it (the flag, else ceph.conf's).
+	if mons, err := conn.GetConfigOption("mon_host"); err == nil {
+		if err := resolveMons(ctx, mons, cfg.ConnectTimeout); err != nil {
+			conn.Shutdown()
+			return nil, &ConnectError{MonHost: cfg.MonHost, User: cfg.User, Err: err}
 		}
 	}
 	done := make(chan error, 1)

@@ -92,6 +92,8 @@ func TestConnectErrors(t *testing.T) {
 		{"wrong monitor", ceph.Config{MonHost: "127.0.0.1:1", User: c.User, Keyring: c.Keyring, ConnectTimeout: 3 * time.Second}, "timed out", 8 * time.Second},
 		{"missing keyring", ceph.Config{MonHost: c.Mon, User: c.User, Keyring: "/nonexistent/keyring", ConnectTimeout: 3 * time.Second}, "keyring", 8 * time.Second},
 		{"wrong user", ceph.Config{MonHost: c.Mon, User: "nobody", Keyring: c.Keyring, ConnectTimeout: 3 * time.Second}, "client.nobody", 8 * time.Second},
+		// librados says "rados: ret=-22" (and prints "server name not found" on stdout).
+		{"unresolvable monitor", ceph.Config{MonHost: "v1:nosuchmon.invalid:16789," + c.Mon, User: c.User, Keyring: c.Keyring, ConnectTimeout: 3 * time.Second}, "cannot resolve monitor host nosuchmon.invalid", 8 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()

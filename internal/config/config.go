@@ -74,7 +74,8 @@ type Timeouts struct {
 	// Total bounds one whole prestart/hook run.
 	Total Duration `yaml:"total"`
 	// Action bounds the OpenNebula action a front-end wrapper runs on behalf
-	// of oned: the remote deploy/restore and the original TM migrate script.
+	// of oned: the remote deploy, restore and attach_disk. A live migration
+	// has no limit of rbdfence's (frontend.MigrateVMM).
 	Action Duration `yaml:"action"`
 }
 
@@ -223,7 +224,7 @@ func Parse(b []byte, c *Config) error {
 			if key := keyAt(&doc, line, ""); key != "" {
 				rest := strings.TrimSpace(strings.TrimPrefix(msg, m[0]))
 				if f := fieldRe.FindStringSubmatch(rest); f != nil {
-					rest = "unknown key (see the configuration reference in the README)"
+					rest = "unknown key (see docs/CONFIGURATION.md)"
 				}
 				return fmt.Errorf("%s: %s", key, rest)
 			}

@@ -78,7 +78,7 @@ func Run(ctx context.Context, o Options) []Result {
 		out = append(out, r)
 	}
 	if o.ConfigErr != nil {
-		add("config", o.ConfigErr, "", "correct the key named in the message (README: configuration reference)")
+		add("config", o.ConfigErr, "", "correct the key named in the message (docs/CONFIGURATION.md)")
 		return out
 	}
 	add("config", nil, configDetail(o.ConfigPath, o.Config), "")
@@ -107,6 +107,7 @@ func Run(ctx context.Context, o Options) []Result {
 		out = append(out, checkWrappers(o.Root)...)
 		out = append(out, checkVMMAD(o.Root))
 		out = append(out, checkOned(ctx, cfg))
+		out = append(out, checkHostAddrs(ctx, o.Root, cfg))
 		if o.HostFences != nil {
 			out = append(out, checkHostFences(ctx, o.HostFences))
 		}
@@ -128,7 +129,7 @@ func configDetail(path string, cfg *config.Config) string {
 		mons = "monitors from " + cfg.Ceph.Conf
 	}
 	return fmt.Sprintf("%s is absent: built-in defaults apply (ceph.user %s, ceph.keyring %s, %s unless a disk names its own, "+
-		"fence.expire %s, fence.fail_open %t, opennebula.endpoint %s, audit_log %s; README: Configuration)",
+		"fence.expire %s, fence.fail_open %t, opennebula.endpoint %s, audit_log %s; docs/CONFIGURATION.md)",
 		path, cfg.Ceph.User, cfg.Ceph.Keyring, mons, days(time.Duration(cfg.Fence.Expire)), cfg.Fence.FailOpen, cfg.OpenNebula.Endpoint, cfg.AuditLog)
 }
 

@@ -31,8 +31,11 @@ type HostVM struct {
 type HostFence struct {
 	// Host is OpenNebula's name of the failed host.
 	Host string
-	// HostIPs are addresses Ceph sees for the host's clients. The
-	// addresses its VMs' claims record for the host are added.
+	// HostIPs are addresses Ceph sees for the host's clients: the host's
+	// identity as the caller knows it (given by the operator, or its name
+	// resolved). The host's own addresses its VMs' claims record
+	// (Claim.HostAddrs, written by steps that ran on the host) are added;
+	// recorded client addresses never are (see FenceHost).
 	HostIPs []netip.Addr
 	VMs     []HostVM
 	Pool    string // the pool of the claim objects
@@ -110,15 +113,28 @@ func onFailedHost(c *Claim, hf HostFence) bool {
 // FenceHost fences, in this cluster, every Ceph client instance of the failed
 // host's VMs: the addresses each VM's claim records for its instance on the
 // host (even when no longer visible) and every client of the VMs' images
-// whose address is one of the host's (every image: shareable and read-only
-// ones too, since everything on the failed host is a zombie now). Clients
-// elsewhere are never touched, and neither is the recorded instance of a
-// claim that names another host (the VM already runs elsewhere). All entries
-// are added at once and committed in one OSD map; then each VM's claim is
-// rewritten, under its lease, as StateFenced with every fenced address
-// recorded, so that the reschedule elsewhere is admitted and fences them
-// again. Nothing is decided by the hook's or the front-end's claim window: an
-// open migration window is closed.
+// whose IP is the failed host's own (every image: shareable and read-only
+// ones too, since everything on the failed host is a zombie now).
+//
+// The scope is the failed host's identity only: hf.HostIPs and the host's
+// own addresses the claims record (HostAddrs). A claim's recorded client
+// addresses never widen it: a claim keeps addresses recorded on another
+// host (a disk detached before a live migration keeps its entry, and so do
+// another Ceph access's disks), and the IP of such an address is a healthy
+// host where other VMs' clients of a shareable image run. Recorded
+// addresses are fenced as exact addresses only, and only those recorded for
+// the VM's exclusive images: an entry under a shareable or read-only image
+// (an older fence-host recorded them) is not fenced, and the marking adds
+// no client of such an image. Clients elsewhere are never touched, and neither is the
+// recorded instance of a claim that names another host (the VM already runs
+// elsewhere).
+//
+// All entries are added at once and committed in one OSD map; then each
+// VM's claim is rewritten, under its lease, as StateFenced with the fenced
+// clients of its exclusive images recorded, so that the reschedule
+// elsewhere is admitted and fences them again. Nothing is decided by the
+// hook's or the front-end's claim window: an open migration window is
+// closed.
 func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 	res := &HostFenceResult{VMs: make([]HostVMResult, len(hf.VMs)), Took: map[string]int64{}}
 	t0 := e.now()
@@ -157,12 +173,22 @@ func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 	wg.Wait()
 	lap("claims")
 
-	// 2. The host's addresses: given, and those its claims record.
+	// 2. The host's identity: the addresses given and the host's own that
+	// its claims record. The recorded client addresses are fenced exactly
+	// (extra) and add nothing to it.
 	ips := append([]netip.Addr(nil), hf.HostIPs...)
 	addIP := func(ip netip.Addr) {
 		ip = ip.Unmap()
 		if ip.IsValid() && !slices.Contains(ips, ip) {
 			ips = append(ips, ip)
+		}
+	}
+	notExclusive := map[string]bool{} // images some VM here shares or only reads
+	for _, v := range hf.VMs {
+		for _, img := range v.Images {
+			if img.Shareable || img.ReadOnly {
+				notExclusive[img.String()] = true
+			}
 		}
 	}
 	recorded := map[Addr][]int{} // address -> indexes of the VMs that recorded it
@@ -178,8 +204,7 @@ func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 		for _, a := range c.HostAddrs {
 			addIP(a)
 		}
-		for _, a := range c.Addrs {
-			addIP(a.IP)
+		for _, a := range exclusiveAddrs(c, notExclusive) {
 			if _, ok := recorded[a]; !ok {
 				extra = append(extra, a)
 			}
@@ -193,7 +218,7 @@ func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 		// instance there cannot be fenced. Never report that as complete.
 		for i, v := range hf.VMs {
 			if len(v.Images) > 0 && res.VMs[i].Error == "" && res.VMs[i].Elsewhere == "" {
-				res.VMs[i].Error = fmt.Sprintf("no address of host %s is known (its name does not resolve and no claim records one): give the addresses its Ceph clients use (--host-addr)", hf.Host)
+				res.VMs[i].Error = fmt.Sprintf("no address of host %s is known (none given, its name does not resolve and no claim records one): set the addresses its Ceph clients use in its template (onehost update %s: RBDFENCE_HOST_ADDRESSES=\"IP ...\") or give --host-addr", hf.Host, hf.Host)
 			}
 		}
 	}
@@ -266,7 +291,7 @@ func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			c, elsewhere, err := e.writeFenced(ctx, hf, v, res.VMs[i].Report)
+			c, elsewhere, err := e.writeFenced(ctx, hf, v, exclusiveOnly(res.VMs[i].Report, notExclusive))
 			switch {
 			case err != nil:
 				res.VMs[i].Error = err.Error()
@@ -307,9 +332,56 @@ func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 	return res
 }
 
+// exclusiveAddrs are the client addresses claim c records for the
+// instance's exclusive images: every entry of c.Images but those under an
+// image in notExclusive, and the addresses of c.Addrs that no entry holds
+// (recorded by a version without per-image entries).
+func exclusiveAddrs(c *Claim, notExclusive map[string]bool) []Addr {
+	var out []Addr
+	under := map[Addr]bool{}
+	for k, as := range c.Images {
+		for _, a := range as {
+			under[a] = true
+			if !notExclusive[k] {
+				out = appendUnique(out, a)
+			}
+		}
+	}
+	for _, a := range c.Addrs {
+		if !under[a] {
+			out = appendUnique(out, a)
+		}
+	}
+	sortAddrs(out)
+	return out
+}
+
+// exclusiveOnly is r without the images in notExclusive: what the claim
+// marking may record as the instance's (a shareable or read-only image's
+// client, fenced on the failed host, is not the instance's own).
+func exclusiveOnly(r *Report, notExclusive map[string]bool) *Report {
+	out := *r
+	out.Images = nil
+	for _, im := range r.Images {
+		if !notExclusive[im.Image] {
+			out.Images = append(out.Images, im)
+		}
+	}
+	return &out
+}
+
 // writeFenced marks the VM's claim fenced under its lease, with the addresses
-// fenced on its images added to those recorded. A claim that names another
-// host meanwhile (a start elsewhere won the race) is left alone.
+// fenced on its exclusive images added to those recorded. A claim that names
+// another host meanwhile (a start elsewhere won the race) is left alone.
+//
+// What the marking must keep (for the claim transition that replaces it):
+// the previous claim's Seq (the larger of it and the placement's), Host,
+// HostAddrs, Instance, Addrs and Images, every entry it did not fence
+// included (a detached disk's, another Ceph access's); it adds only the
+// clients it fenced on exclusive images (r holds no other); it must not
+// turn the host's identity into anything wider. It drops an open Window
+// today, and with it the window's DstAddrs, which it did not fence: issue
+// 18 item 7's rule says a rewrite keeps those.
 func (e *Engine) writeFenced(ctx context.Context, hf HostFence, v HostVM, r *Report) (*Claim, string, error) {
 	w := Who{VM: v.VM, Seq: v.Seq, Host: hf.Host, Source: SourceHostFence, Run: hf.Run, Pool: hf.Pool}
 	elsewhere := ""

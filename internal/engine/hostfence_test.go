@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,6 +29,14 @@ func hostVM(t *testing.T, f *enginetest.Fake, e *engine.Engine, vm, seq int, hos
 	return out
 }
 
+func ipsOf(s ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range s {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	return out
+}
+
 func TestFenceHost(t *testing.T) {
 	tests := []struct {
 		name string
@@ -46,7 +55,7 @@ func TestFenceHost(t *testing.T) {
 			extra := f.Open(a1, "10.0.0.1", false)      // a second client on the host (e.g. a qemu-img)
 			sharedA := f.Open(shared, "10.0.0.1", true) // the failed host's writer of a shareable disk
 			sharedB := f.Open(shared, "10.0.0.2", true) // a live VM on hostB uses it too
-			res := e.FenceHost(ctx, engine.HostFence{Host: "hostA", VMs: []engine.HostVM{{VM: 10, Seq: 3, Images: []engine.Image{a0, a1, shared}}}, Pool: "one", Run: "hf"})
+			res := e.FenceHost(ctx, engine.HostFence{Host: "hostA", HostIPs: ipsOf("10.0.0.1"), VMs: []engine.HostVM{{VM: 10, Seq: 3, Images: []engine.Image{a0, a1, shared}}}, Pool: "one", Run: "hf"})
 			if err := res.Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -64,8 +73,13 @@ func TestFenceHost(t *testing.T) {
 				t.Fatalf("result: ips %v fenced %d", res.HostIPs, res.Fenced)
 			}
 			c := res.VMs[0].Claim
-			if c == nil || c.State != engine.StateFenced || c.Host != "hostA" || c.Seq != 3 || len(c.Addrs) != 4 || c.Window != nil || c.Instance != 1010 {
+			// The shareable disk's client was fenced on the failed host but
+			// is not the instance's: not recorded.
+			if c == nil || c.State != engine.StateFenced || c.Host != "hostA" || c.Seq != 3 || len(c.Addrs) != 3 || c.Window != nil || c.Instance != 1010 {
 				t.Fatalf("claim after the fence: %+v", c)
+			}
+			if slices.Contains(c.Addrs, sharedA) || len(c.Images[shared.String()]) != 0 {
+				t.Fatalf("the shareable disk's client %s is recorded as the instance's: %+v", sharedA, c)
 			}
 			if len(res.VMs[0].Report.Recorded) != 1 || res.VMs[0].Report.Recorded[0].Address != inst[0].String() {
 				t.Fatalf("recorded: %+v", res.VMs[0].Report.Recorded)
@@ -76,7 +90,7 @@ func TestFenceHost(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the reschedule is refused: %v", err)
 			}
-			if len(r.Report.Recorded) != 4 || r.Claim.Host != "hostB" {
+			if len(r.Report.Recorded) != 3 || r.Claim.Host != "hostB" {
 				t.Fatalf("reschedule: recorded %+v claim %+v", r.Report.Recorded, r.Claim)
 			}
 		}},
@@ -117,6 +131,96 @@ func TestFenceHost(t *testing.T) {
 				t.Fatalf("with --host-addr: %v %+v", res.Err(), res.VMs[0])
 			}
 		}},
+		{"recorded addresses never widen the scope (issue 18 item 3)", func(t *testing.T, f *enginetest.Fake, e *engine.Engine) {
+			// VM 42 ran on h1 (root and data disks), the data disk was
+			// detached, VM 42 live-migrated to h2 and hot-attached a
+			// shareable disk that VM 43 on h1 uses too. Then h2 fails. Its
+			// claim still records the detached disk's client on h1.
+			root, data, shared := img("one-42-root"), img("one-42-data"), engine.Image{Pool: "one", Name: "one-shared-43", Shareable: true}
+			for _, im := range []engine.Image{root, data, shared} {
+				f.CreateImage(im)
+			}
+			h1, h2 := ipsOf("10.0.0.1"), ipsOf("10.0.0.2")
+			on := func(host string, ips []netip.Addr, run string) engine.Who {
+				return engine.Who{VM: 42, Seq: 1, Host: host, Source: engine.SourceFrontend, Run: run, Pool: "one", HostIPs: ips, Instance: 4242}
+			}
+			if _, err := e.Start(ctx, on("h1", h1, "start"), []engine.Image{root, data}, false); err != nil {
+				t.Fatal(err)
+			}
+			rootH1, dataH1 := f.Open(root, "10.0.0.1", true), f.Open(data, "10.0.0.1", true)
+			if _, err := e.Record(ctx, on("h1", h1, "rec"), []engine.Image{root, data}, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: h1}); err != nil {
+				t.Fatal(err)
+			}
+			f.Hide(dataH1) // detached on h1
+			if _, err := e.OpenWindow(ctx, on("h1", h1, "pre"), "h1", "h2", 3600e9); err != nil {
+				t.Fatal(err)
+			}
+			rootH2 := f.Open(root, "10.0.0.2", true)
+			f.Hide(rootH1) // the source QEMU exits
+			post := on("h2", h2, "post")
+			post.Seq = 2
+			if _, err := e.CloseWindow(ctx, post, []engine.Image{root}, "h1", "h2", h2, engine.Migrated); err != nil {
+				t.Fatal(err)
+			}
+			att := on("h2", h2, "attach")
+			att.Seq = 2
+			if _, err := e.Attach(ctx, att, []engine.Image{shared}); err != nil {
+				t.Fatal(err)
+			}
+			sharedH2 := f.Open(shared, "10.0.0.2", true)
+			sharedH1 := f.Open(shared, "10.0.0.1", true) // VM 43, healthy on h1
+			before, _ := e.ReadClaim(ctx, "one", 42)
+			if !slices.Contains(before.Addrs, dataH1) || before.Host != "h2" {
+				t.Fatalf("the scenario needs a claim on h2 that records h1's %s: %+v", dataH1, before)
+			}
+
+			// h2's name does not resolve: its identity is what its claims
+			// record as its own.
+			res := e.FenceHost(ctx, engine.HostFence{Host: "h2", VMs: []engine.HostVM{{VM: 42, Seq: 2, Images: []engine.Image{root, shared}}}, Pool: "one", Run: "hf"})
+			if err := res.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if len(res.HostIPs) != 1 || res.HostIPs[0] != h2[0] {
+				t.Fatalf("scope %v, want h2's own address only", res.HostIPs)
+			}
+			if _, ok := f.Blocklisted(sharedH1); ok {
+				t.Fatalf("VM 43's client %s on the healthy h1 was blocklisted", sharedH1)
+			}
+			for _, a := range []engine.Addr{rootH2, sharedH2, dataH1} {
+				if _, ok := f.Blocklisted(a); !ok {
+					t.Errorf("%s not blocklisted (h2's clients, and the recorded address as an exact one)", a)
+				}
+			}
+			c := res.VMs[0].Claim
+			if c == nil || slices.Contains(c.Addrs, sharedH2) || !slices.Contains(c.Addrs, dataH1) || !slices.Contains(c.Addrs, rootH2) {
+				t.Fatalf("claim after the fence: %+v", c)
+			}
+		}},
+		{"a recorded entry of a shareable image is not fenced", func(t *testing.T, f *enginetest.Fake, e *engine.Engine) {
+			// A claim an older fence-host marked: it recorded the failed
+			// host's client of a shareable image as the instance's.
+			root, shared := img("one-50"), engine.Image{Pool: "one", Name: "one-51", Shareable: true}
+			f.CreateImage(root)
+			f.CreateImage(shared)
+			mine := f.Open(root, "10.0.0.1", false)
+			theirs := f.Open(shared, "10.0.0.3", true) // another VM's, elsewhere now
+			f.Hide(mine)
+			w := engine.Who{VM: 50, Seq: 1, Host: "hostA", Source: engine.SourceHostFence, Run: "old", Pool: "one"}
+			if err := e.WriteClaim(ctx, w, engine.Claim{VM: 50, Seq: 1, Host: "hostA", State: engine.StateFenced, Source: engine.SourceHostFence,
+				Addrs: []engine.Addr{mine, theirs}, Images: map[string][]engine.Addr{root.String(): {mine}, shared.String(): {theirs}}}); err != nil {
+				t.Fatal(err)
+			}
+			res := e.FenceHost(ctx, engine.HostFence{Host: "hostA", HostIPs: ipsOf("10.0.0.1"), VMs: []engine.HostVM{{VM: 50, Seq: 1, Images: []engine.Image{root, shared}}}, Pool: "one", Run: "hf"})
+			if err := res.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := f.Blocklisted(theirs); ok {
+				t.Fatalf("the shareable image's recorded client %s was fenced", theirs)
+			}
+			if _, ok := f.Blocklisted(mine); !ok {
+				t.Fatalf("the recorded instance %s was not fenced", mine)
+			}
+		}},
 		{"an open migration window is closed", func(t *testing.T, f *enginetest.Fake, e *engine.Engine) {
 			im := img("one-8")
 			f.CreateImage(im)
@@ -125,7 +229,7 @@ func TestFenceHost(t *testing.T) {
 			if _, err := e.OpenWindow(ctx, w, "hostA", "hostB", 3600e9); err != nil {
 				t.Fatal(err)
 			}
-			res := e.FenceHost(ctx, engine.HostFence{Host: "hostA", VMs: []engine.HostVM{{VM: 14, Seq: 2, Images: []engine.Image{im}}}, Pool: "one", Run: "hf"})
+			res := e.FenceHost(ctx, engine.HostFence{Host: "hostA", HostIPs: ipsOf("10.0.0.1"), VMs: []engine.HostVM{{VM: 14, Seq: 2, Images: []engine.Image{im}}}, Pool: "one", Run: "hf"})
 			if res.Err() != nil || res.VMs[0].Claim.Window != nil {
 				t.Fatalf("%v %+v", res.Err(), res.VMs[0].Claim)
 			}

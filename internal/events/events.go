@@ -5,7 +5,7 @@
 //
 // Delivery is at-least-once from the spool's side and exactly-once in effect:
 // a Sink must ignore an event whose ID it has already recorded (the
-// OpenNebula sink checks the VM's RBDFENCE_EVENT attributes).
+// OpenNebula sink checks the VM's event attributes, RBDFENCE_EVENT_*).
 package events
 
 import (

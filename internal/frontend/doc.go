@@ -21,8 +21,8 @@
 // timeout. --config is left out for the default /etc/one/rbdfence.yaml,
 // so that a host without that file uses the built-in defaults (Ceph access
 // from the VM's disks), as the libvirt hook does. Premigrate runs on the
-// source; the wrapped remote deploy/restore and original TM scripts are
-// bounded by timeouts.action.
+// source; the wrapped remote deploy, restore and attach_disk are bounded by
+// timeouts.action, the real live migration by nothing of ours (MigrateVMM).
 //
 // # Contracts (what oned passes)
 //
@@ -42,7 +42,9 @@
 // action XML. With the step on the host (remote: ssh) the check and the
 // action share one ssh session (session.go: a constant script, the step's
 // request and answer framed on stdin and stdout before the action's). When
-// the start check refuses, the remote action is not run. After a
+// the start check refuses, the remote action is not run; it runs only once
+// the front-end, having the admitting answer within the step's budget,
+// sends the go line (GoLine) and then the action's stdin. After a
 // successful deploy or restore the started instance's client addresses are
 // recorded in the VM's claim: by the host in the background after the
 // action in that session (a failure goes to the host's audit log and
@@ -91,6 +93,10 @@
 //     oned rolls back. fence.fail_open does not apply: a refused migration
 //     loses nothing, going on would let the destination's hook fence the
 //     running source.
+//   - the real migration's outcome is unknown (the action was stopped while
+//     it ran; ssh to the source ended with 255): nothing is fenced, the
+//     window stays open, exit 3. There is no time limit of ours on it:
+//     virsh migrate on the source outlives our ssh.
 //   - the real migration fails: its copy on the destination is fenced and
 //     the window closed (failmigrate step); the exit code is the
 //     migration's own. When the destination cannot be reached over ssh the

@@ -3,6 +3,7 @@ package frontend
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -132,6 +133,18 @@ func MigrateVMM(ctx context.Context, e *Env, self string, args []string, stdinR 
 	}
 
 	code, runErr := e.runMigrate(ctx, a, local, raw, msg)
+	if unknown := migrationUnknown(code, runErr); unknown != "" && m != nil {
+		// The job may still run (virsh migrate goes on without our ssh):
+		// neither copy is known to be the stale one. Fence nothing; the
+		// window stays open, so the destination's hook keeps the handover
+		// and a later start fences whatever is not it.
+		until := ""
+		if m.window != nil {
+			until = " until " + m.window.Expires.UTC().Format(time.RFC3339)
+		}
+		return errorf(outcome.Unavailable, a.VM, "VM %d: cannot tell whether the migration %s -> %s still runs (%s): nothing was fenced and the handover window stays open%s (a later start of the VM fences whatever is not it); see where one-%d runs with virsh list --all on both hosts and virsh domjobinfo one-%d on %s",
+			a.VM, a.Src, a.Dst, unknown, until, a.VM, a.VM, a.Src)
+	}
 	if runErr == nil && code == 0 {
 		if m != nil {
 			if err := e.step(ctx, m, hoststep.OpPostmigrate); err != nil {
@@ -145,6 +158,9 @@ func MigrateVMM(ctx context.Context, e *Env, self string, args []string, stdinR 
 		if err := e.step(ctx, m, hoststep.OpFailmigrate); err != nil {
 			e.Log.Error("the migration failed and its copy on %s may not be fenced: %v", a.Dst, err)
 		}
+	}
+	if errors.Is(runErr, errMigrationCut) {
+		return errorf(outcome.Failure, a.VM, "VM %d: %v", a.VM, runErr)
 	}
 	if runErr != nil {
 		return runErr
@@ -171,16 +187,52 @@ func localMigrateScript(self string) (string, error) {
 	return p, nil
 }
 
+// errMigrationCut marks a real migration whose process rbdfence ended
+// (the action was cancelled: SIGTERM from oned's action timeout, -w,
+// CommandManager.rb:171-186 of release-7.4.0, or from an operator).
+var errMigrationCut = errors.New("the migration's process was stopped")
+
+// migrationUnknown says why the real migration's outcome is unknown, or
+// "" when it is known: it ended on its own with its exit code (0: done;
+// any other but 255: failed, e.g. kvm/migrate's exit(1) after its own
+// cleanup, src/vmm_mad/remotes/kvm/migrate:373-377 of release-7.4.0) or it
+// never started. Unknown: its process was stopped before it ended, or
+// ssh to the source gave up (255) while virsh migrate there may go on
+// (started without a tty it outlives our ssh).
+func migrationUnknown(code int, err error) string {
+	switch {
+	case errors.Is(err, errMigrationCut):
+		return "the action was stopped while the migration ran"
+	case err == nil && code == 255:
+		return "the ssh session to the source ended with exit 255: the connection, or ssh itself, failed"
+	}
+	return ""
+}
+
 // runMigrate runs the real migration and returns its exit code; its
 // output is relayed. raw is the base64 stdin as oned gave it (a local
 // script gets it unchanged), msg the decoded driver action XML.
+//
+// It has no time limit of its own: OpenNebula's driver sets none for the
+// migrate step (one_vmm_exec.rb:598-674 of release-7.4.0), a large busy VM
+// may take hours, and a limit could only end in not knowing: the job on
+// the source goes on when our ssh is killed, and fencing the destination
+// then leaves the only copy of the guest I/O-dead if it completes there.
+// Only the action's own end (its context: a signal) stops it, and that is
+// reported as unknown (errMigrationCut): nothing is fenced.
 func (e *Env) runMigrate(ctx context.Context, a VMMMigrateArgs, local string, raw, msg []byte) (int, error) {
 	argv := []string{a.DeployID, a.Dst, a.Src, strconv.Itoa(a.VM), a.Src}
-	timeout := time.Duration(e.Cfg.Timeouts.Action)
+	cut := func(what string, err error) (int, error) {
+		if ctx.Err() != nil {
+			return -1, fmt.Errorf("%w: %s: %v", errMigrationCut, what, err)
+		}
+		// It could not be started: nothing ran.
+		return -1, errorf(outcome.Failure, a.VM, "VM %d: %s: %v", a.VM, what, err)
+	}
 	if local != "" {
-		code, err := run(ctx, proc{argv: append([]string{local}, argv...), stdin: bytes.NewReader(raw), stdout: e.Stdout, stderr: e.Stderr, timeout: timeout})
+		code, err := run(ctx, proc{argv: append([]string{local}, argv...), stdin: bytes.NewReader(raw), stdout: e.Stdout, stderr: e.Stderr})
 		if err != nil {
-			return -1, errorf(outcome.Failure, a.VM, "VM %d: local migrate %s: %v", a.VM, local, err)
+			return cut("local migrate "+local, err)
 		}
 		return code, nil
 	}
@@ -192,9 +244,9 @@ func (e *Env) runMigrate(ctx context.Context, a VMMMigrateArgs, local string, ra
 	if err != nil {
 		return -1, errorf(outcome.Usage, a.VM, "VM %d: %v", a.VM, err)
 	}
-	code, err := run(ctx, proc{argv: sshArgv, stdin: bytes.NewReader(msg), stdout: e.Stdout, stderr: e.Stderr, timeout: timeout})
+	code, err := run(ctx, proc{argv: sshArgv, stdin: bytes.NewReader(msg), stdout: e.Stdout, stderr: e.Stderr})
 	if err != nil {
-		return -1, errorf(outcome.Failure, a.VM, "VM %d: remote migrate on %s: %v", a.VM, a.Src, err)
+		return cut("remote migrate on "+a.Src, err)
 	}
 	return code, nil
 }

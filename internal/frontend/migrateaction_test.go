@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -8,7 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 )
@@ -20,6 +23,7 @@ printf '%s\n' "$@" > "$STUB_DIR/migrate-args"
 cat > "$STUB_DIR/migrate-stdin"
 echo "$0" > "$STUB_DIR/migrate-which"
 echo migrate-ran >> "$STUB_DIR/requests"
+if [ -n "$MIGRATE_SLEEP" ]; then : > "$STUB_DIR/migrate-started"; sleep "$MIGRATE_SLEEP"; fi
 exit ${MIGRATE_CODE:-0}
 `
 
@@ -56,6 +60,11 @@ func TestMigrateVMMPolicy(t *testing.T) {
 		wantPlain   string
 		wantLog     string
 		wantOps     []string // host steps and "migrate-ran", in order
+		// action is timeouts.action; sleep how long the migration takes;
+		// cancel stops the action (oned's SIGTERM) once it runs.
+		action time.Duration
+		sleep  string
+		cancel bool
 	}{
 		{name: "ok", pre: ok("premigrate"), post: ok("postmigrate"), wantOps: []string{"premigrate", "migrate-ran", "postmigrate"}},
 		{name: "window refused: not started", pre: fail("premigrate", "refused"), preCode: 4, wantCode: outcome.Refused.Code(),
@@ -67,6 +76,14 @@ func TestMigrateVMMPolicy(t *testing.T) {
 			wantLog: "ERROR: 42 rbdfence: the migration failed and its copy on node2 may not be fenced: VM 42: rbdfence failmigrate (node1 -> node2) failed: something failure"},
 		{name: "postmigrate fails: migration still succeeded", pre: ok("premigrate"), post: fail("postmigrate", "failure"), wantCode: 0,
 			wantLog: "ERROR: 42 rbdfence: the migration succeeded, but: VM 42: rbdfence postmigrate"},
+		// Issue 18 item 2: rbdfence sets no limit of its own on the real
+		// migration, and fences nothing when its outcome is unknown.
+		{name: "migration outlives timeouts.action: waited for, then closed", pre: ok("premigrate"), post: ok("postmigrate"), action: time.Second, sleep: "3",
+			wantOps: []string{"premigrate", "migrate-ran", "postmigrate"}},
+		{name: "ssh to the source dies (255): nothing fenced, window kept", pre: ok("premigrate"), failm: ok("failmigrate"), migrateCode: "255", wantCode: outcome.Unavailable.Code(),
+			wantPlain: "cannot tell whether the migration node1 -> node2 still runs (the ssh session to the source ended with exit 255", wantOps: []string{"premigrate", "migrate-ran"}},
+		{name: "action stopped during the migration: nothing fenced, window kept", pre: ok("premigrate"), failm: ok("failmigrate"), sleep: "30", cancel: true, wantCode: outcome.Unavailable.Code(),
+			wantPlain: "(the action was stopped while the migration ran): nothing was fenced and the handover window stays open", wantOps: []string{"premigrate", "migrate-ran"}},
 		{name: "same host: no window", args: []string{"one-42", "node1", "node1", "42", "node1"}, wantOps: []string{"migrate-ran"}},
 		{name: "admin's migrate_local wrapped", self: "migrate_local-rbdfence", pre: ok("premigrate"), post: ok("postmigrate"),
 			wantOps: []string{"premigrate", "migrate-ran", "postmigrate"}},
@@ -96,6 +113,23 @@ func TestMigrateVMMPolicy(t *testing.T) {
 			s.respond(t, "postmigrate", tc.post, 0)
 			s.respond(t, "failmigrate", tc.failm, tc.failmCode)
 			t.Setenv("MIGRATE_CODE", tc.migrateCode)
+			t.Setenv("MIGRATE_SLEEP", tc.sleep)
+			if tc.action > 0 {
+				s.env.Cfg.Timeouts.Action = config.Duration(tc.action)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			if tc.cancel {
+				go func() {
+					for ctx.Err() == nil {
+						if _, err := os.Stat(filepath.Join(s.dir, "migrate-started")); err == nil {
+							cancel()
+							return
+						}
+						time.Sleep(10 * time.Millisecond)
+					}
+				}()
+			}
 			self := tc.self
 			if self == "" {
 				self = "migrate-rbdfence"
@@ -109,7 +143,7 @@ func TestMigrateVMMPolicy(t *testing.T) {
 			if stdin == "" {
 				stdin = b64
 			}
-			err := MigrateVMM(t.Context(), s.env, filepath.Join(vmmDir, self), a, strings.NewReader(stdin))
+			err := MigrateVMM(ctx, s.env, filepath.Join(vmmDir, self), a, strings.NewReader(stdin))
 			code := Exit(err, s.errb)
 			if code != tc.wantCode {
 				t.Fatalf("exit %d, want %d; err %v\nstderr:\n%s", code, tc.wantCode, err, s.errb)

@@ -30,6 +30,9 @@ type migration struct {
 	a   MigrateArgs
 	vm  *opennebula.VMInfo
 	run string
+	// window is the handover premigrate opened (nil when its answer had
+	// none).
+	window *engine.Window
 }
 
 // step runs op (premigrate on the source, or the front-end with remote:
@@ -68,6 +71,7 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 	case hoststep.OpPremigrate:
 		until := ""
 		if resp.Claim != nil && resp.Claim.Window != nil {
+			m.window = resp.Claim.Window
 			until = " until " + resp.Claim.Window.Expires.UTC().Format(time.RFC3339)
 		}
 		e.Log.Info("VM %d: handover window %s -> %s open%s: the destination will not fence the source", a.VM, a.Src, a.Dst, until)

@@ -215,7 +215,7 @@ func (e *Env) record(resp *hoststep.Response, source string, hostWroteAudit bool
 	switch {
 	case err == nil:
 		if r.Delivered > 0 {
-			e.Log.Info("%d collision event(s) recorded in the VM's user template (%s)", r.Delivered, opennebula.AttrEvent)
+			e.Log.Info("%d collision event(s) recorded in the VM's user template (%s_*)", r.Delivered, opennebula.AttrEvent)
 		}
 	case errors.As(err, &de):
 		e.Log.Info("oned did not take %d collision event(s) now (%v): kept in %s for the next run or 'rbdfence events flush'", r.Spooled, de.Cause, e.Cfg.SpoolDir)

@@ -18,8 +18,13 @@ var errTimeout = errors.New("timed out")
 
 // proc is one child process run with a deadline.
 type proc struct {
-	argv    []string
-	stdin   io.Reader
+	argv  []string
+	stdin io.Reader
+	// feed, when set instead of stdin, writes the process's stdin from a
+	// goroutine of its own and closes it (the session writes the action's
+	// input only once the step admitted it); run does not wait for it,
+	// and its writes fail once the process has ended.
+	feed    func(w io.WriteCloser)
 	stdout  io.Writer
 	stderr  io.Writer
 	timeout time.Duration
@@ -48,7 +53,21 @@ func run(ctx context.Context, p proc) (int, error) {
 		return nil
 	}
 	cmd.WaitDelay = 2 * time.Second
-	err := cmd.Run()
+	var feed io.WriteCloser
+	if p.feed != nil {
+		w, err := cmd.StdinPipe()
+		if err != nil {
+			return -1, err
+		}
+		feed = w
+	}
+	err := cmd.Start()
+	if err == nil {
+		if feed != nil {
+			go p.feed(feed)
+		}
+		err = cmd.Wait()
+	}
 	if ctx.Err() != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return -1, fmt.Errorf("%s: %w after %s", p.argv[0], errTimeout, p.timeout)

@@ -109,30 +109,45 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 	if err != nil {
 		return -1, false, errorf(outcome.Usage, vm, "VM %d: %v", vm, err)
 	}
-	var stdin bytes.Buffer
-	_ = hoststep.WriteRequestFrame(&stdin, body)
-	stdin.Write(act.stdin)
+	var frame bytes.Buffer
+	_ = hoststep.WriteRequestFrame(&frame, body)
 
 	// The step must answer within its budget as a separate step would;
-	// the action then has its own (timeouts.action).
+	// the action then has its own (timeouts.action). What happens first,
+	// the answer or the end of the budget, decides once: the action's
+	// stdin (GoLine, then the action's input) goes only to an admitting
+	// answer that came in time.
 	budget := e.stepBudget()
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var framed, stepTimedOut atomic.Bool
+	g := &goGate{decided: make(chan bool, 1)}
+	var stepTimedOut atomic.Bool
 	timer := time.AfterFunc(budget, func() {
-		if !framed.Load() {
+		if g.decide(false) {
 			stepTimedOut.Store(true)
 			cancel()
 		}
 	})
 	defer timer.Stop()
+	defer g.decide(false) // the session ended without an answer
 	errw := &gatedWriter{w: e.Stderr, kept: capBuffer{max: 64 << 10}}
 	var out *hoststep.FrameSplitter
 	out = &hoststep.FrameSplitter{Rest: act.stdout, OnFrame: func() {
-		framed.Store(true)
-		errw.open(hoststep.FrameAdmits(out.Body))
+		admits := hoststep.FrameAdmits(out.Body)
+		if g.decide(admits) || !admits {
+			errw.open(admits)
+		}
 	}}
-	code, rerr := run(rctx, proc{argv: argv, stdin: &stdin, stdout: out, stderr: errw,
+	feed := func(w io.WriteCloser) {
+		defer w.Close()
+		if _, err := w.Write(frame.Bytes()); err != nil {
+			return
+		}
+		if <-g.decided {
+			_, _ = w.Write(append([]byte(GoLine+"\n"), act.stdin...))
+		}
+	}
+	code, rerr := run(rctx, proc{argv: argv, feed: feed, stdout: out, stderr: errw,
 		timeout: budget + time.Duration(e.Cfg.Timeouts.Action)})
 	where := "host " + res.Host
 	why := lastLine(errw.kept.buf.Bytes())
@@ -170,6 +185,18 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 		}
 		return -1, false, errorf(outcome.Failure, vm, "VM %d: the %s step on %s gave no valid answer and the session ended (exit %d)", vm, req.Op, where, code)
 	}
+	if resp.OK && stepTimedOut.Load() {
+		// The answer came after the budget: the action was not run (no
+		// GoLine went). What the step did is recorded; the start is
+		// judged as a step that did not answer.
+		e.record(resp, "prestart", false)
+		nerr := e.noAnswer(req, res.Host, where, anywhere, code, fmt.Errorf("%w", errTimeout), budget, why)
+		if _, err := e.finishStart(res, req, nil, nerr); err != nil {
+			return -1, false, err
+		}
+		code, err := e.actionAlone(ctx, res, act)
+		return code, false, err
+	}
 	if !resp.OK {
 		// Refused (or the check could not be done): the script ran nothing else.
 		if _, err := e.finishStart(res, req, resp, nil); err != nil {
@@ -205,20 +232,35 @@ func sessionCommand(hostBin, hostCfg string, record []byte, act remoteStart) []s
 	return append(remote, act.argv...)
 }
 
+// GoLine is what the front-end sends on the session's stdin once the start
+// step's admitting answer reached it within the step's budget: only then
+// does the remote action run (startScript).
+const GoLine = "rbdfence-go"
+
 // startScript is the constant remote script of oneSession (files: how many
 // of vm.xml, ds.xml it writes; the script depends on nothing else). Data
 // come as its positional arguments: $1 host binary, $2 host config ("" for
 // the host's default), $3 the VM's directory, $4 the record request, then
 // the files' contents, then the remote action's argv. It runs the framed
 // start step (its stderr joins stdout, before its frame); only when the
-// step admits the start (exit 0) does it write the files and run the
-// action on the rest of stdin; after a successful action it starts the
-// record in the background, detached from the session (stdin, stdout,
-// stderr not the session's: ssh does not wait for it), at a lower CPU
-// priority (nice, where the host has it) than the VM that just started.
+// step admits the start (exit 0) AND the front-end then sends GoLine does
+// it write the files and run the action on the rest of stdin. The
+// front-end sends GoLine (and the action's stdin after it) only when the
+// admitting answer reached it in time: a front-end that gave up sends
+// nothing and closes the session, the read ends in EOF and nothing runs.
+// Without this, a remote shell that outlives the ssh client (no pty: sshd
+// sends no SIGHUP) would run the deploy that oned records as failed. The
+// shell's read builtin takes stdin one byte at a time (a pipe cannot be
+// read back), so the action's stdin starts right after GoLine. After a
+// successful action it starts the record in the background, detached from
+// the session (stdin, stdout, stderr not the session's: ssh does not wait
+// for it), at a lower CPU priority (nice, where the host has it) than the
+// VM that just started.
 func startScript(files []vmDirFileData) string {
 	s := `b=$1 c=$2 d=$3 r=$4
 if [ -n "$c" ]; then "$b" host --framed --config "$c"; else "$b" host --framed; fi 2>&1 || exit
+IFS= read -r g || exit 1
+[ "$g" = ` + GoLine + ` ] || exit 1
 `
 	if len(files) > 0 {
 		s += `mkdir -p "$d"`
@@ -279,6 +321,24 @@ func (g *gatedWriter) open(pass bool) {
 	g.opened = true
 	_, _ = g.w.Write(g.held.Bytes())
 	g.held.Reset()
+}
+
+// goGate is oneSession's one decision: the remote action may run (true)
+// or not (false), taken by whichever comes first of the step's answer
+// and the end of its budget.
+type goGate struct {
+	once    sync.Once
+	decided chan bool // receives the decision, once
+}
+
+// decide takes the decision go unless one was taken; it reports whether
+// this call took it.
+func (g *goGate) decide(run bool) (took bool) {
+	g.once.Do(func() {
+		g.decided <- run
+		took = true
+	})
+	return took
 }
 
 // actionAlone runs the remote action by itself after fence.fail_open let a

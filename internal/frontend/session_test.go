@@ -53,11 +53,15 @@ func TestSessionCommand(t *testing.T) {
 		answer     string
 		code       int
 		deployFail bool
+		// noGo: the front-end gave up before the answer reached it, and
+		// closes the session without GoLine (issue 18 item 13).
+		noGo       bool
 		wantCode   int
 		wantDeploy bool
 		wantRecord bool
 	}{
 		{name: "admitted", answer: `{"op":"start","ok":true,"version":3}`, wantDeploy: true, wantRecord: true},
+		{name: "admitted, but the front-end stopped waiting", answer: `{"op":"start","ok":true,"version":3}`, noGo: true, wantCode: 1},
 		{name: "refused", answer: `{"op":"start","ok":false,"kind":"refused","error":"claimed by host b","version":3}`, code: 4, wantCode: 4},
 		{name: "deploy fails", answer: `{"op":"start","ok":true,"version":3}`, deployFail: true, wantCode: 255, wantDeploy: true},
 	} {
@@ -92,7 +96,10 @@ func TestSessionCommand(t *testing.T) {
 			if err := hoststep.WriteRequestFrame(&in, req); err != nil {
 				t.Fatal(err)
 			}
-			in.WriteString(domain)
+			if !tc.noGo {
+				in.WriteString(GoLine + "\n")
+				in.WriteString(domain)
+			}
 			cmd.Stdin = &in
 			var rest, stderr bytes.Buffer
 			out := &hoststep.FrameSplitter{Rest: &rest}

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/netip"
 	"sort"
 	"strings"
@@ -34,9 +33,11 @@ type Request struct {
 	Host *opennebula.HostInfo
 	// VMs are the VMs whose current placement is the host.
 	VMs []*opennebula.VMInfo
-	// HostIPs are addresses the operator gives for the host's Ceph
-	// clients (--host-addr); when empty, the host's name is resolved. The
-	// addresses the claims record for the host are always added.
+	// HostIPs are the addresses of the host's Ceph clients as the caller
+	// knows them (hostaddrs.Of: --host-addr, the host template's
+	// RBDFENCE_HOST_ADDRESSES, or its name resolved; none when nothing is
+	// known). The host's own addresses its claims record are added; the
+	// claims' client addresses are fenced exactly and never widen them.
 	HostIPs []netip.Addr
 	// WholeAddress also blocklists each host address as a whole.
 	WholeAddress bool
@@ -147,27 +148,6 @@ func plan(cfg *config.Config, vms []*opennebula.VMInfo) []*clusterPlan {
 	return out
 }
 
-// resolve returns the host's addresses from its name (bounded by 2 s;
-// none when the name does not resolve).
-func resolve(ctx context.Context, name string) []netip.Addr {
-	if ip, err := netip.ParseAddr(name); err == nil {
-		return []netip.Addr{ip.Unmap()}
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", name)
-	if err != nil {
-		return nil
-	}
-	var out []netip.Addr
-	for _, ip := range ips {
-		if ip = ip.Unmap(); ip.IsGlobalUnicast() || ip.IsPrivate() {
-			out = append(out, ip)
-		}
-	}
-	return out
-}
-
 // Run fences the host in every cluster that holds its VMs' disks (the
 // clusters in parallel), appends the audit log and returns the result. The
 // caller checks Eligible first.
@@ -178,9 +158,6 @@ func Run(ctx context.Context, cfg *config.Config, req Request) (*Result, error) 
 	}
 	opts.MissingOK = true
 	ips := req.HostIPs
-	if len(ips) == 0 {
-		ips = resolve(ctx, req.Host.Name)
-	}
 	res := &Result{Host: req.Host.Name, HostID: req.Host.ID, Run: req.Run, Time: time.Now().UTC()}
 	plans := plan(cfg, req.VMs)
 	res.Clusters = make([]Cluster, len(plans))

@@ -23,14 +23,26 @@ func ev(id string, vm int, at time.Time) events.Event {
 	}
 }
 
-// userEvents returns the RBDFENCE_EVENT IDs and the two scalar attributes.
+// eventVectors returns the event attributes of a user template, in the
+// template's order (by name: oldest first).
+func eventVectors(ut onedsim.Template) []onedsim.Attribute {
+	var out []onedsim.Attribute
+	for _, a := range ut {
+		if opennebula.IsEventAttr(a.Name) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// userEvents returns the event IDs and the two scalar attributes.
 func userEvents(t *testing.T, sim *onedsim.Sim, vm int) (ids []string, count, last string) {
 	t.Helper()
 	ut, ok := sim.UserTemplate(vm)
 	if !ok {
 		t.Fatalf("no VM %d", vm)
 	}
-	for _, a := range ut.Get(opennebula.AttrEvent) {
+	for _, a := range eventVectors(ut) {
 		ids = append(ids, a.Vector["ID"])
 	}
 	count, _ = ut.Single(opennebula.AttrCollisions)
@@ -52,7 +64,11 @@ func TestRecordEvent(t *testing.T) {
 		t.Fatalf("after one event: ids %v count %q last %q", ids, count, last)
 	}
 	ut, _ := sim.UserTemplate(42)
-	got := ut.Get(opennebula.AttrEvent)[0].Vector
+	evs := eventVectors(ut)
+	if len(evs) != 1 || evs[0].Name != opennebula.EventAttr(first) || !strings.HasPrefix(evs[0].Name, "RBDFENCE_EVENT_20240501T100000Z_") {
+		t.Fatalf("event attributes %+v, want one named %s", evs, opennebula.EventAttr(first))
+	}
+	got := evs[0].Vector
 	want := map[string]string{
 		"ID": "e00", "TIME": "2024-05-01T10:00:00Z", "HOST": "node2", "IMAGE": "one/one-7-42-0",
 		"CLIENT": "client.4235", "ADDRESS": "10.0.0.5:0/3456789", "COOKIE": "auto 94823",
@@ -124,7 +140,7 @@ func TestRecordEventSanitisesValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	ut, _ := sim.UserTemplate(42)
-	v := ut.Get(opennebula.AttrEvent)[0].Vector
+	v := eventVectors(ut)[0].Vector
 	if v["COOKIE"] != "auto '1' x/" || v["HOST"] != "node 2" {
 		t.Errorf("sanitised values: %q %q", v["COOKIE"], v["HOST"])
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +48,34 @@ type HostInfo struct {
 	LastMonitored time.Time
 	// VMs are the ids of /HOST/VMS: the VMs oned places on the host.
 	VMs []int
+	// Addresses is /HOST/TEMPLATE/RBDFENCE_HOST_ADDRESSES as the operator
+	// set it ("" when absent): the addresses Ceph sees for the host's
+	// clients (HostAddresses parses it).
+	Addresses string
+}
+
+// AttrHostAddresses is the host template attribute that names the
+// addresses Ceph sees for the host's clients, blank or comma separated:
+// fence-host's scope for a host whose name does not resolve to them. An
+// operator sets it once: onehost update HOST --append with
+// RBDFENCE_HOST_ADDRESSES="10.0.1.5 fd00::5".
+const AttrHostAddresses = "RBDFENCE_HOST_ADDRESSES"
+
+// HostAddresses parses h.Addresses: none when the attribute is absent or
+// empty, an error naming the attribute and the host when a word is not an
+// IP address.
+func (h *HostInfo) HostAddresses() ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, w := range strings.FieldsFunc(h.Addresses, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' }) {
+		ip, err := netip.ParseAddr(w)
+		if err != nil || ip.IsUnspecified() {
+			return nil, fmt.Errorf("host %s: %s %q: %q is not an IP address (fix it with: onehost update %s --append)", h.Name, AttrHostAddresses, clip(h.Addresses), clip(w), h.Name)
+		}
+		if ip = ip.Unmap(); !slices.Contains(out, ip) {
+			out = append(out, ip)
+		}
+	}
+	return out, nil
 }
 
 // ParseHost reads a <HOST> document as one.host.info returns it
@@ -83,6 +113,11 @@ func hostFromNode(n *xnode) (*HostInfo, error) {
 		}
 		if ts > 0 {
 			h.LastMonitored = time.Unix(int64(ts), 0).UTC()
+		}
+	}
+	if t := n.child("TEMPLATE"); t != nil {
+		if a := t.child(AttrHostAddresses); a != nil {
+			h.Addresses = strings.TrimSpace(a.text)
 		}
 	}
 	if vms := n.child("VMS"); vms != nil {

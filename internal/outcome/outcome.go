@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/opennebula"
 )
 
 // Kind is how a run ended.
@@ -60,7 +61,8 @@ var table = []info{
 }
 
 // classes classify the typed errors that do not say their kind themselves
-// (the engine imports nothing of ours). The first match wins.
+// (the engine and the oned client import nothing of ours). The first match
+// wins.
 var classes = []struct {
 	kind  Kind
 	match func(error) bool
@@ -70,6 +72,16 @@ var classes = []struct {
 	{Refused, is[*engine.ClaimedElsewhereError]},
 	{Refused, is[*engine.NoHandoverError]},
 	{Refused, is[*engine.AlreadyRunningError]},
+	// oned: an unknown VM or host is bad input; oned out of reach or
+	// refusing our credentials means the check cannot be done.
+	{Usage, isErr(opennebula.ErrNotFound)},
+	{Unavailable, isErr(opennebula.ErrUnreachable)},
+	{Unavailable, isErr(opennebula.ErrAuthentication)},
+	{Unavailable, isErr(opennebula.ErrAuthorization)},
+}
+
+func isErr(target error) func(error) bool {
+	return func(err error) bool { return errors.Is(err, target) }
 }
 
 func is[T error](err error) bool {

@@ -12,6 +12,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/frontend"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/opennebula"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
@@ -35,6 +36,11 @@ func TestOf(t *testing.T) {
 		{"says its kind", kinded{outcome.Unavailable}, outcome.Unavailable},
 		{"outermost kind wins", outcome.Errorf(outcome.Usage, "bad: %w", kinded{outcome.Unavailable}), outcome.Usage},
 		{"kind over class", outcome.Errorf(outcome.Failure, "x: %w", &engine.ClaimHeldError{}), outcome.Failure},
+		{"unknown VM", fmt.Errorf("check --vm 9: %w", opennebula.ErrNotFound), outcome.Usage},
+		{"oned unreachable", fmt.Errorf("listing events: %w", opennebula.ErrUnreachable), outcome.Unavailable},
+		{"oned refused the credentials", opennebula.ErrAuthentication, outcome.Unavailable},
+		{"oned says not authorized", opennebula.ErrAuthorization, outcome.Unavailable},
+		{"oned answered nonsense", opennebula.ErrProtocol, outcome.Failure},
 	} {
 		if got := outcome.Of(tc.err); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)

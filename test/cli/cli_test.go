@@ -15,11 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rbdfence/rbdfence/internal/checkjson"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/metrics"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
+	"github.com/rbdfence/rbdfence/test/onedsim"
 	"github.com/rbdfence/rbdfence/test/testenv"
 )
 
@@ -56,11 +58,34 @@ state_dir: %s
 	return cfgPath, auditPath
 }
 
+// withOned starts the oned stand-in (user oneadmin, password pass) and
+// writes a config for client.libvirt that reaches it.
+func withOned(t *testing.T, c *testenv.Ceph, pass string) (sim *onedsim.Sim, cfg, auth string) {
+	t.Helper()
+	sim = onedsim.New("oneadmin:" + pass)
+	if err := sim.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	auth = filepath.Join(t.TempDir(), "one_auth")
+	os.WriteFile(auth, []byte("oneadmin:"+pass+"\n"), 0o600)
+	cfg, _ = writeConfig(t, c, "")
+	b, _ := os.ReadFile(cfg)
+	os.WriteFile(cfg, append(b, []byte("opennebula:\n  endpoint: "+sim.URL()+"\n  auth_file: "+auth+"\n")...), 0o600)
+	return sim, cfg, auth
+}
+
 func rbdfence(t *testing.T, stdin string, args ...string) result {
+	t.Helper()
+	return runBin(t, "rbdfence", stdin, args...)
+}
+
+// runBin runs one of the built binaries (bin/NAME) with stdin and args.
+func runBin(t *testing.T, name, stdin string, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, testenv.Bin(t, "rbdfence"), args...)
+	cmd := exec.CommandContext(ctx, testenv.Bin(t, name), args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -70,21 +95,63 @@ func rbdfence(t *testing.T, stdin string, args ...string) result {
 	if ee, ok := err.(*exec.ExitError); ok {
 		r.code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatalf("rbdfence %v: %v", args, err)
+		t.Fatalf("%s %v: %v", name, args, err)
 	}
 	if strings.Contains(r.stderr, "panic") || strings.Contains(r.stderr, "goroutine ") {
-		t.Fatalf("rbdfence %v panicked:\n%s", args, r.stderr)
+		t.Fatalf("%s %v panicked:\n%s", name, args, r.stderr)
 	}
 	return r
 }
 
-func report(t *testing.T, s string) engine.Report {
+// report decodes the --json output of check or fence: the documented
+// type (internal/checkjson), strictly.
+func report(t *testing.T, s string) checkjson.Check {
 	t.Helper()
-	var r engine.Report
-	if err := json.Unmarshal([]byte(s), &r); err != nil {
-		t.Fatalf("--json output does not parse: %v\n%s", err, s)
-	}
+	var r checkjson.Check
+	decodeStrict(t, s, &r)
 	return r
+}
+
+// decodeStrict decodes --json output s into v: no field v does not know,
+// and none of v's fields left out (false, empty and null are printed).
+func decodeStrict(t *testing.T, s string, v any) {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("--json output is not the documented type %T: %v\n%s", v, err, s)
+	}
+	var raw, typed any
+	b, _ := json.Marshal(v)
+	if json.Unmarshal([]byte(s), &raw) != nil || json.Unmarshal(b, &typed) != nil {
+		t.Fatalf("--json output does not parse:\n%s", s)
+	}
+	if missing := missingKeys(typed, raw, ""); len(missing) > 0 {
+		t.Fatalf("--json output leaves out %v:\n%s", missing, s)
+	}
+}
+
+// missingKeys lists the object keys of want that got lacks, by path.
+func missingKeys(want, got any, path string) []string {
+	var out []string
+	switch w := want.(type) {
+	case map[string]any:
+		g, _ := got.(map[string]any)
+		for k, wv := range w {
+			gv, ok := g[k]
+			if !ok {
+				out = append(out, path+"."+k)
+				continue
+			}
+			out = append(out, missingKeys(wv, gv, path+"."+k)...)
+		}
+	case []any:
+		g, _ := got.([]any)
+		for i := range min(len(w), len(g)) {
+			out = append(out, missingKeys(w[i], g[i], fmt.Sprintf("%s[%d]", path, i))...)
+		}
+	}
+	return out
 }
 
 func TestFenceWritingZombie(t *testing.T) {
@@ -351,6 +418,29 @@ func TestBadInput(t *testing.T) {
 		// refused at once. A bare IP:PORT on such a port tries msgr2 first,
 		// and a refused key reads as a timeout (README, troubleshooting).
 		{"bad key", []string{"check", "--config", cfg, "--mon-host", c.MonHost, "--keyring", badKey, "--image", missing}, 3, "refused client.libvirt", 10 * time.Second},
+		// librados alone says "rados: ret=-22" and prints "server name not found" on stdout.
+		{"unresolvable monitor name", []string{"check", "--config", cfg, "--mon-host", "nosuchmon.invalid:6789", "--image", missing}, 3, "cannot resolve monitor host nosuchmon.invalid", 10 * time.Second},
+		{"unresolvable monitor name, v1: form", []string{"fence", "--config", cfg, "--mon-host", "v1:nosuchmon.invalid:16789", "--image", missing}, 3, "cannot resolve monitor host nosuchmon.invalid", 10 * time.Second},
+		// The one* habits: flags named with two dashes, the fix said.
+		{"unknown flag", []string{"check", "--config", cfg, "--imgae", missing}, 2, "unknown flag: --imgae (try: rbdfence check --help)", time.Minute},
+		{"single-dash long flag", []string{"check", "-config", cfg, "--image", missing}, 2, "-config: long flags take two dashes: --config", time.Minute},
+		{"not a number", []string{"check", "--config", cfg, "--vm", "web"}, 2, `--vm "web": want a whole number`, time.Minute},
+		{"flag without its value", []string{"fence", "--config", cfg, "--image"}, 2, "flag needs an argument: --image", time.Minute},
+		{"stray argument", []string{"fence", "--config", cfg, "one/x"}, 2, `unexpected argument "one/x"`, time.Minute},
+		{"verb flag before the verb", []string{"--image", missing, "check"}, 2, "--image before the verb: not a common flag", time.Minute},
+		{"common flag before the verb", []string{"--config", badCfg, "check", "--image", missing}, 2, "fence.expire", time.Minute},
+		{"--vm and --all", []string{"check", "--config", cfg, "--vm", "1", "--all"}, 2, "give one of --image, --vm or --all", time.Minute},
+		{"fence --vm", []string{"fence", "--config", cfg, "--vm", "1"}, 2, "--vm and --all are for check only", time.Minute},
+		{"bad --quiet", []string{"fence-host", "--config", cfg, "--host", "h", "--quiet", "-5m"}, 2, "--quiet must not be negative", time.Minute},
+		{"bad --host-addr", []string{"fence-host", "--config", cfg, "--host", "h", "--host-addr", "node1"}, 2, `--host-addr "node1" is not an IP address`, time.Minute},
+		{"bad --since", []string{"events", "--config", cfg, "--since", "42"}, 2, "--since: a bare number is ambiguous", time.Minute},
+		{"bad --role", []string{"doctor", "--config", cfg, "--role", "both"}, 2, "--role must be auto, host, frontend or all", time.Minute},
+		{"unfence, not an address", []string{"unfence", "10.0.0.5", "--config", cfg, "--yes"}, 2, "not an exact client address ip:port/nonce", time.Minute},
+		{"unfence, two targets", []string{"unfence", "--config", cfg, "--vm", "1", "--host", "h"}, 2, "exactly one of ADDRESS, --vm ID or --host NAME", time.Minute},
+		{"claim without sub-verb", []string{"claim", "--config", cfg}, 2, "claim: want 'claim show --vm ID'", time.Minute},
+		{"claim show without --vm", []string{"claim", "show", "--config", cfg}, 2, "claim show: give --vm ID", time.Minute},
+		{"blocklist without ls", []string{"blocklist", "rm"}, 2, "blocklist: want 'blocklist ls", time.Minute},
+		{"fence-host, garbage on stdin", []string{"fence-host", "--config", cfg}, 2, "or give --host NAME", time.Minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rbdfence(t, "", tc.args...)
@@ -365,6 +455,25 @@ func TestBadInput(t *testing.T) {
 				t.Fatal("stderr leaks key material")
 			}
 		})
+	}
+	// Every verb answers --help on stdout, exit 0; an unresolvable monitor
+	// prints nothing on stdout either (librados would: the host step's channel).
+	for _, args := range [][]string{{"check", "--help"}, {"claim", "gc", "-h"}, {"help", "fence-host"}, {"claim", "--help"}} {
+		r := rbdfence(t, "", args...)
+		if r.code != 0 || r.stderr != "" || !strings.HasPrefix(r.stdout, "usage: rbdfence ") {
+			t.Errorf("rbdfence %v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := rbdfence(t, "", "check", "--config", cfg, "--mon-host", "nosuchmon.invalid", "--image", missing); r.stdout != "" {
+		t.Errorf("stdout %q", r.stdout)
+	}
+	// fence-host without --host on a terminal (a pty made by script(1))
+	// says what it waits for; stdin at its end, it stops with exit 2.
+	pty := exec.Command("script", "-qfec", testenv.Bin(t, "rbdfence")+" fence-host --config "+cfg, "/dev/null")
+	pty.Stdin = strings.NewReader("")
+	out, err := pty.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "reading the host's XML, base64, from stdin") {
+		t.Errorf("fence-host on a terminal: %v\n%s", err, out)
 	}
 	t.Run("host step garbage", func(t *testing.T) {
 		r := rbdfence(t, "{not json", "host", "--config", cfg)
@@ -404,6 +513,25 @@ func TestBlocklistLsAndUnfence(t *testing.T) {
 	if !found {
 		t.Fatalf("blocklist ls must show %s with VM %d and image %s: %+v", z.Addr, vm, img, es)
 	}
+	// A fence of no VM (rbdfence fence): "vm": null, never a -1.
+	img2 := c.NewImage(t, "unfence2")
+	z2 := testenv.StartZombie(t, c, img2, "idle")
+	if r := rbdfence(t, "", "fence", "--config", cfg, "--image", img2); r.code != 0 {
+		t.Fatalf("fence: exit %d %s", r.code, r.stderr)
+	}
+	r = rbdfence(t, "", "blocklist", "ls", "--config", cfg, "-j")
+	var raw []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &raw); err != nil || strings.Contains(r.stdout, `"vm": -1`) {
+		t.Fatalf("blocklist ls -j: %v\n%s", err, r.stdout)
+	}
+	for _, e := range raw {
+		if v, ok := e["vm"]; e["address"] == z2.Addr && (!ok || v != nil) {
+			t.Fatalf("the entry of a fence of no VM: %v", e)
+		}
+	}
+	if r = rbdfence(t, "", "blocklist", "ls", "--config", cfg); strings.Contains(r.stdout, " -1 ") {
+		t.Fatalf("blocklist ls:\n%s", r.stdout)
+	}
 	// Without a terminal and without --yes nothing is removed.
 	r = rbdfence(t, "", "unfence", z.Addr, "--config", cfg)
 	if r.code != 2 || !strings.Contains(r.stderr, "--yes") {
@@ -423,6 +551,10 @@ func TestBlocklistLsAndUnfence(t *testing.T) {
 	}
 	if _, ok := c.BlocklistEntries(t)[z.Addr]; ok {
 		t.Fatal("entry not removed")
+	}
+	r = rbdfence(t, "", "unfence", z2.Addr, "--yes", "--config", cfg, "--id", c.RMUser, "--keyring", c.RMUserKeyring)
+	if r.code != 0 || !strings.Contains(r.stdout, "unfenced "+z2.Addr+" (added by rbdfence fence for host ") || strings.Contains(r.stdout, "VM -1") {
+		t.Fatalf("unfence of a fence of no VM: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
 

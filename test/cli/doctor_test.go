@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rbdfence/rbdfence/test/onedsim"
 	"github.com/rbdfence/rbdfence/test/testenv"
 )
 
@@ -48,18 +47,10 @@ func installed(t *testing.T, cfg string) string {
 
 func TestDoctor(t *testing.T) {
 	c := testenv.StartCeph(t)
-	sim := onedsim.New("oneadmin:doctorpass")
-	if err := sim.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
+	sim, cfg, _ := withOned(t, c, "doctorpass")
 	dir := t.TempDir()
-	auth := filepath.Join(dir, "one_auth")
-	os.WriteFile(auth, []byte("oneadmin:doctorpass\n"), 0o600)
-	cfg, _ := writeConfig(t, c, "")
 	b, _ := os.ReadFile(cfg)
-	good := string(b) + "opennebula:\n  endpoint: " + sim.URL() + "\n  auth_file: " + auth + "\n"
-	os.WriteFile(cfg, []byte(good), 0o600)
+	good := string(b)
 	root := installed(t, cfg)
 
 	r := rbdfence(t, "", "doctor", "--config", cfg, "--root", root, "--role", "all")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/opennebula"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 	"github.com/rbdfence/rbdfence/test/onedsim"
 	"github.com/rbdfence/rbdfence/test/testenv"
@@ -76,7 +77,7 @@ func TestKilledBetweenBlocklistAndEvent(t *testing.T) {
 	ut, _ := sim.UserTemplate(vm)
 	n := 0
 	for _, a := range ut {
-		if a.Name == "RBDFENCE_EVENT" {
+		if opennebula.IsEventAttr(a.Name) {
 			n++
 			if a.Vector["ADDRESS"] != z.Addr {
 				t.Fatalf("event for the wrong client: %+v", a.Vector)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rbdfence/rbdfence/internal/events"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
+	"github.com/rbdfence/rbdfence/internal/opennebula"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 	"github.com/rbdfence/rbdfence/test/onedsim"
 	"github.com/rbdfence/rbdfence/test/testenv"
@@ -96,7 +97,10 @@ func (f *fe) eventCount(vm int, needle string) (n int, collisions string) {
 	if !ok {
 		f.t.Fatalf("VM %d not in oned", vm)
 	}
-	for _, a := range ut.Get("RBDFENCE_EVENT") {
+	for _, a := range ut {
+		if !opennebula.IsEventAttr(a.Name) {
+			continue
+		}
 		for _, v := range a.Vector {
 			if v == needle {
 				n++

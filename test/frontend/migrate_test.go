@@ -205,6 +205,42 @@ func migrationDone(t *testing.T, f *fe, sysTM string) {
 	}
 }
 
+// TestMigrationOutlivesActionTimeout (issue 18 item 2): a live migration
+// takes longer than timeouts.action (a large busy VM). rbdfence sets no
+// limit of its own on it (OpenNebula's driver sets none,
+// one_vmm_exec.rb:598-674 of release-7.4.0): it waits, and when the
+// migration succeeds the copy that now runs on the destination keeps
+// writing and the claim follows it. Cutting the wait would kill our ssh
+// while virsh migrate on the source goes on, then fence the destination
+// the migration completes onto.
+func TestMigrationOutlivesActionTimeout(t *testing.T) {
+	f := setup(t)
+	f.action = "2s"
+	f.writeConfig()
+	a, b := f.hs.A, f.hs.B
+	vm, specs := f.newVM(a.Name, 4, "clone")
+	old := testenv.StartZombieOn(t, f.ceph, a, specs[0].image, "write")
+	old.WaitWrite(t, true, 30*time.Second)
+	f.migrating(vm, 4, a.Name, b.Name, specs)
+	moved := testenv.StartZombieOn(t, f.ceph, b, specs[0].image, "write")
+	f.write(f.path("remote-calls", "migrate.sleep"), "7", 0o644)
+	r, _ := f.migrateRun(vm, a.Name, b.Name)
+	if r.code != 0 || r.took < 7*time.Second {
+		t.Fatalf("migrate-rbdfence: exit %d after %s, want 0 after the 7 s migration\n%s", r.code, r.took, r.stderr)
+	}
+	if _, ok := f.ceph.BlocklistEntries(t)[moved.Addr]; ok {
+		t.Fatalf("the destination's copy %s, where the migration completed, was blocklisted", moved.Addr)
+	}
+	for i := 0; i < 3; i++ {
+		if ev := moved.WaitWrite(t, true, 30*time.Second); !ev.OK {
+			t.Fatalf("the migrated copy: %+v", ev)
+		}
+	}
+	if c := f.claim(vm); c.Host != b.Name || c.Window != nil {
+		t.Fatalf("claim after the migration: %+v", c)
+	}
+}
+
 // TestPremigrateFailureAbortsMigration: when the window cannot be opened
 // (Ceph unreachable from the source) the action fails with one plain line
 // before the real migration starts, so the VM keeps running on the source.

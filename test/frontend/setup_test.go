@@ -43,6 +43,9 @@ type fe struct {
 	remotes string // prefix/var/lib/one/remotes
 	cfgPath string
 	extra   string // extra YAML appended to the front-end config
+	// timeouts.ssh, .total and .action of the front-end config ("": 60s,
+	// 90s and the default)
+	sshTimeout, totalTimeout, action string
 }
 
 var vmSeq struct {
@@ -176,6 +179,7 @@ printf '%%s\n' "$@" > %[1]s/migrate-$n.args
 cat > %[1]s/migrate-$n.stdin
 ip -4 -o addr show > %[1]s/migrate-$n.where
 rados -c %[2]s --id %[3]s --keyring %[4]s -p one get %[5]s$4 %[1]s/migrate-$n.claim 2>%[1]s/migrate-$n.err
+if [ -f %[1]s/migrate.sleep ]; then sleep "$(cat %[1]s/migrate.sleep)"; fi
 if [ -f %[1]s/migrate.fail ]; then echo "Could not migrate $1 to $2" >&2; exit 1; fi
 exit 0
 `, rec, f.ceph.Conf, f.ceph.User, f.ceph.Keyring, strings.TrimSuffix(engine.ClaimObject(0), "0")), 0o755)
@@ -210,6 +214,10 @@ spool_dir: %s
 state_dir: %s
 `, f.ceph.Mon, f.ceph.User, f.ceph.Keyring, f.path("host-audit.log"), f.path("host-spool"), f.path("host-state")), 0o644)
 	f.cfgPath = f.path("rbdfence.yaml")
+	action := ""
+	if f.action != "" {
+		action = "  action: " + f.action + "\n"
+	}
 	f.write(f.cfgPath, fmt.Sprintf(`opennebula:
   endpoint: %s
   auth_file: %s
@@ -222,12 +230,19 @@ timeouts:
   connect: 5s
   ceph_op: 10s
   oned: 3s
-  ssh: 60s
-  total: 90s
-audit_log: %s
+  ssh: %s
+  total: %s
+%saudit_log: %s
 spool_dir: %s
 %s`, f.sim.URL(), f.path("one_auth"), f.path("ssh"), filepath.Join(f.remotes, "rbdfence/rbdfence-host"), f.path("host.yaml"),
-		f.path("hostremotes"), f.path("frontend-audit.log"), f.path("spool"), f.extra), 0o644)
+		f.path("hostremotes"), or(f.sshTimeout, "60s"), or(f.totalTimeout, "90s"), action, f.path("frontend-audit.log"), f.path("spool"), f.extra), 0o644)
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // result is one driver run.
@@ -282,14 +297,22 @@ func (f *fe) run(prog string, stdin string, args ...string) result {
 // runs.
 func (f *fe) waitDetached() {
 	f.t.Helper()
+	f.waitGone("the host's background record", []byte("--detached"), 2*time.Minute)
+}
+
+// waitGone waits until no process whose command line holds both needle and
+// this test's directory runs (the test hosts share the machine's
+// processes), failing the test after within.
+func (f *fe) waitGone(what string, needle []byte, within time.Duration) {
+	f.t.Helper()
 	mark := []byte(f.dir + "/")
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(within)
 	for {
 		busy := false
 		m, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 		for _, p := range m {
 			b, err := os.ReadFile(p)
-			if err == nil && bytes.Contains(b, []byte("--detached")) && bytes.Contains(b, mark) {
+			if err == nil && bytes.Contains(b, needle) && bytes.Contains(b, mark) {
 				busy = true
 				break
 			}
@@ -298,7 +321,7 @@ func (f *fe) waitDetached() {
 			return
 		}
 		if time.Now().After(deadline) {
-			f.t.Fatal("the host's background record still runs after 2 minutes")
+			f.t.Fatalf("%s still runs after %s", what, within)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -395,8 +395,8 @@ func waitEvent(t *testing.T, sim *onedsim.Sim, id int, addr string) map[string]s
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		ut, _ := sim.UserTemplate(id)
-		for _, a := range ut.Get(opennebula.AttrEvent) {
-			if a.Vector["ADDRESS"] == addr {
+		for _, a := range ut {
+			if opennebula.IsEventAttr(a.Name) && a.Vector["ADDRESS"] == addr {
 				return a.Vector
 			}
 		}

@@ -10,7 +10,6 @@ package hostfence_test
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -79,38 +78,14 @@ func write(t *testing.T, p, body string) {
 // metrics; the reschedule's start on B is admitted and fences A's recorded
 // instances again; doctor shows A's live fence; unfence --host removes it.
 func TestFenceHostOnOwnCluster(t *testing.T) {
-	c := testenv.StartCeph(t)
-	rbd := testenv.Bin(t, "rbdfence")
-	dir := t.TempDir()
-
-	// The front-end tree, installed as an operator does.
-	prefix := filepath.Join(dir, "root")
-	for _, d := range []string{"var/lib/one/remotes/vmm/kvm", "var/lib/one/remotes/tm/ceph", "etc/one"} {
-		if err := os.MkdirAll(filepath.Join(prefix, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(t, filepath.Join(prefix, "etc/one/oned.conf"), "VM_MAD = [\n    NAME           = \"kvm\",\n    ARGUMENTS      = \"-t 15 -r 0 kvm\",\n]\n")
-	inst := exec.Command("bash", filepath.Join(testenv.Root(), "install.sh"), "frontend", "--prefix", prefix)
-	inst.Env = append(os.Environ(), "RBDFENCE_BIN="+filepath.Dir(rbd))
-	if out, err := inst.CombinedOutput(); err != nil || !strings.Contains(string(out), "onehook create") {
-		t.Fatalf("install.sh frontend: %v\n%s", err, out)
-	}
-	fenceHost := filepath.Join(prefix, "var/lib/one/remotes/hooks/rbdfence/fence_host.sh")
-
-	sim := onedsim.New(auth)
-	if err := sim.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	write(t, filepath.Join(dir, "one_auth"), auth+"\n")
-	common := fmt.Sprintf("ceph:\n  mon_host: %q\n  user: %s\n  keyring: %s\nfence:\n  expire: 15m\nopennebula:\n  endpoint: %s\n  auth_file: %s\n",
-		c.Mon, c.User, c.Keyring, sim.URL(), filepath.Join(dir, "one_auth"))
-	feCfg := filepath.Join(dir, "frontend.yaml")
-	write(t, feCfg, common+fmt.Sprintf("audit_log: %s/fe-audit.log\nspool_dir: %s/fe-spool\nmetrics: %s/metrics.prom\n", dir, dir, dir))
-	aCfg := filepath.Join(dir, "hostA.yaml") // the host step as it runs on host A
-	write(t, aCfg, common+fmt.Sprintf("audit_log: %s/a-audit.log\nspool_dir: %s/a-spool\nstate_dir: %s/a-state\nhost_addresses: [%s]\n", dir, dir, dir, ipA))
-	env := []string{"RBDFENCE_CONFIG=" + feCfg}
+	g := newRig(t)
+	c, rbd, dir, sim, env, fenceHost, prefix := g.c, g.rbd, g.dir, g.sim, g.env, g.fenceHost, g.prefix
+	feCfg, aCfg := g.feCfg, g.hostCfg("a", ipA)
+	// The steps below run "on host A" as local steps: the claims record
+	// A's clients but not A's own address. fence-host knows A by the
+	// address its operator set once in A's template (issue 18 item 11);
+	// recorded client addresses never identify a host (item 3).
+	g.putHost(onedsim.Host{ID: 1, Name: hostA, State: onedsim.HostMonitored, LastMonitored: time.Now()}, ipA)
 
 	// VM 'vm' with two disks, deployed on host A: the start step, QEMU's
 	// clients (writers on A), the record step.
@@ -125,13 +100,7 @@ func TestFenceHostOnOwnCluster(t *testing.T) {
 	}
 	step := func(cfg string, op string, seq int, host string) hoststep.Response {
 		t.Helper()
-		b, _ := json.Marshal(hoststep.Request{Op: op, VM: vm, Seq: seq, Host: host, Run: fmt.Sprintf("%s-%d", op, seq), Source: "frontend", Disks: disks, Local: true})
-		r := run(t, nil, string(b), rbd, "host", "--config", cfg)
-		var resp hoststep.Response
-		if err := json.Unmarshal([]byte(r.stdout), &resp); err != nil || !resp.OK {
-			t.Fatalf("host step %s on %s: exit %d %v\n%s%s", op, host, r.code, err, r.stdout, r.stderr)
-		}
-		return resp
+		return g.step(cfg, hoststep.Request{Op: op, VM: vm, Seq: seq, Host: host, Disks: disks})
 	}
 	step(aCfg, hoststep.OpStart, 3, hostA)
 	var writers []*testenv.Zombie
@@ -153,10 +122,7 @@ func TestFenceHostOnOwnCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	hookStdin := func() string {
-		doc, _ := sim.HostXML(1)
-		return base64.StdEncoding.EncodeToString([]byte(doc))
-	}
+	hookStdin := func() string { return g.hookStdin(1) }
 	refused := func(says string) {
 		t.Helper()
 		r := run(t, env, hookStdin(), fenceHost)
@@ -170,7 +136,6 @@ func TestFenceHostOnOwnCluster(t *testing.T) {
 			}
 		}
 	}
-	sim.PutHost(onedsim.Host{ID: 1, Name: hostA, State: onedsim.HostMonitored, LastMonitored: time.Now()})
 	refused("its state is MONITORED")
 	sim.PutHost(onedsim.Host{ID: 1, Name: hostA, State: onedsim.HostError, LastMonitored: time.Now().Add(-30 * time.Second)})
 	refused("still reports to oned")

@@ -68,12 +68,17 @@ func (t *Template) erase(name string) {
 
 // Merge applies oned's Template::merge (one.vm.update type 1): every
 // attribute name present in from first erases all attributes of that name,
-// then all attributes of from are added.
+// then all attributes of from are added, but an empty vector ("NAME = [ ]")
+// only erases (src/template/Template.cc:675-698 of release-7.4.0: a
+// VECTOR is set only when its value is not empty).
 func (t *Template) Merge(from Template) {
 	for _, a := range from {
 		t.erase(a.Name)
 	}
 	for _, a := range from {
+		if a.IsVector() && len(a.Vector) == 0 {
+			continue
+		}
 		t.add(a.clone())
 	}
 }

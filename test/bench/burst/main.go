@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rbdfence/rbdfence/internal/opennebula"
 	"github.com/rbdfence/rbdfence/test/libvirt"
 	"github.com/rbdfence/rbdfence/test/onedsim"
 	"github.com/rbdfence/rbdfence/test/testenv"
@@ -141,7 +142,7 @@ func run(t testenv.T, nVM, nDisk int) error {
 		ut, _ := sim.UserTemplate(base + v)
 		n := 0
 		for _, a := range ut {
-			if a.Name == "RBDFENCE_EVENT" {
+			if opennebula.IsEventAttr(a.Name) {
 				n++
 			}
 		}
