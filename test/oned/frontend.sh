@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # test/oned/frontend.sh: a real OpenNebula front-end for the test suite.
 #
-#   test/oned/frontend.sh up FE          install (from the build cache) and
-#                                        start FE's oned, monitord and hem
+#   test/oned/frontend.sh up FE          install OpenNebula (from the build
+#                                        cache) as FE, its namespace made;
+#                                        its daemons are not started
 #   test/oned/frontend.sh stop FE        stop FE's daemons (the tree stays)
-#   test/oned/frontend.sh start FE       start them again
+#   test/oned/frontend.sh start FE       start FE's oned (with monitord, the
+#                                        scheduler, the drivers) and hem
 #   test/oned/frontend.sh down           stop every front-end
 #   test/oned/frontend.sh exec FE CMD... run CMD on FE as root (oned's user)
 #   test/oned/frontend.sh oneadmin FE CMD...  ... as the uid oneadmin (9869)
@@ -23,7 +25,8 @@
 # /etc/one is its etc/, /var/lib/one its var/ (so remotes/ is
 # /var/lib/one/remotes, where `install.sh frontend` puts rbdfence's drivers).
 # /root (oneadmin's home: oned runs as root here, installed with -u root
-# -g root; ~/.one/one_auth, the ssh key and config), /run, /var/tmp (oned's
+# -g root; ~/.one/one_auth, the ssh key and config), /run, /tmp (lib.sh
+# private_tmp), /var/tmp (oned's
 # HostSyncManager runs its `mkdir -p /var/tmp/one` on the front-end),
 # /var/log, /var/lib/rbdfence, /etc/systemd (rbdfence-events units) and
 # /etc/ceph (the front-end's Ceph access for `rbdfence fence-host`) are
@@ -39,15 +42,15 @@
 #                  runs, ~10 s each, pile up ahead of an image's mkfs); DATASTORE_LOCATION
 #                  /var/lib/one/datastores (as without ONE_LOCATION: each
 #                  host's own directory)
-#                  MONITORING_INTERVAL_HOST 3 (read only by the HA hook,
-#                  which waits -p times it before fencing; 60 s when unset,
-#                  share/hooks/ft/host_error.rb:160-171)
 #   monitord.conf  NETWORK ADDRESS 10.78.0.1 and PORT; probe periods lowered
 #                  (SYNC_STATE_VM 180 s -> 10 s, MONITOR_HOST 120 s -> 10 s,
 #                  BEACON_HOST 30 s -> 5 s, STATE_VM 5 s -> 2 s); a host
 #                  without beacons is probed again after 10 s, not 180 s
 #                  (MONITORING_INTERVAL_HOST, MANAGER_TIMER 2)
 #   onehem-server.conf  the hook manager's ports
+#   remotes/etc/vmm/kvm/kvmrc  SHUTDOWN_TIMEOUT 180 s -> 6 s (a guest
+#                  without an OS ignores ACPI: onevm poweroff ends with a
+#                  destroy after it)
 #   vmm_exec/vmm_exec_kvm.conf  EMULATOR /usr/bin/qemu-system-x86_64 (the
 #                  packages' /usr/bin/qemu-kvm-one link is not installed,
 #                  src/vmm/LibVirtDriverKVM.cc:1151-1154)
@@ -105,7 +108,7 @@ fe_files() {
 	chmod 700 "$fs/root" "$fs/root/.ssh" "$fs/root/.one"
 	install -m 0600 "$ONED_DIR/ssh/id_ed25519" "$fs/root/.ssh/id_ed25519"
 	install -m 0644 "$ONED_DIR/ssh/id_ed25519.pub" "$fs/root/.ssh/id_ed25519.pub"
-	cp "$ONED_DIR/rbdo-a/fs/root/.ssh/config" "$fs/root/.ssh/config" 2>/dev/null ||
+	cp "$ONED_DIR/ssh/config" "$fs/root/.ssh/config" 2>/dev/null ||
 		die "the hosts' ssh set-up is missing: run hosts.sh up first"
 	printf 'oneadmin:%s\n' "$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$fs/root/.one/one_auth"
 	chmod 600 "$fs/root/.one/one_auth"
@@ -137,10 +140,15 @@ fe_files() {
 	edit "$m" -e 's/^    BEACON_HOST    = 30,/    BEACON_HOST    = 5,/' -e 's/^    MONITOR_HOST   = 120,/    MONITOR_HOST   = 10,/' \
 		-e 's/^    STATE_VM       = 5,/    STATE_VM       = 2,/' -e 's/^    SYNC_STATE_VM  = 180$/    SYNC_STATE_VM  = 10/'
 	edit "$m" -e 's/^#MANAGER_TIMER = 15$/MANAGER_TIMER = 2/' -e 's/^#MONITORING_INTERVAL_HOST = 180$/MONITORING_INTERVAL_HOST = 10/'
-	# host_error.rb waits ARGUMENTS' -p cycles of oned.conf's
-	# MONITORING_INTERVAL_HOST (60 s when unset) before it fences
-	# (share/hooks/ft/host_error.rb:160-171 in 7.4.0).
-	printf '\n# rbdfence test front-end: the HA hook waits -p times this\nMONITORING_INTERVAL_HOST = 3\n' >>"$c"
+	# oned.conf's MONITORING_INTERVAL_HOST stays unset: host_error.rb then
+	# waits -p times 60 s before it fences (share/hooks/ft/host_error.rb:
+	# 160-188 in 7.4.0), as on an operator's front-end; rbdfence fence-host
+	# refuses a host oned heard from less than 2 minutes ago, and
+	# host_error.rb does not run a refused fence again.
+	# A soft poweroff (onevm poweroff) of a guest without an OS, which
+	# ignores ACPI, ends with virsh destroy after SHUTDOWN_TIMEOUT (180 s in
+	# kvmrc; src/vmm_mad/remotes/kvm/shutdown:52-83): 6 s here.
+	edit "$L/var/remotes/etc/vmm/kvm/kvmrc" -e 's/^export SHUTDOWN_TIMEOUT=180$/export SHUTDOWN_TIMEOUT=6/'
 	edit "$L/etc/onehem-server.conf" -e "s|tcp://localhost:2101|tcp://localhost:$((p + 2))|" -e "s|tcp://localhost:2102|tcp://localhost:$((p + 3))|"
 	printf '\n# rbdfence test front-end (test/oned/frontend.sh)\nEMULATOR = "/usr/bin/qemu-system-x86_64"\n' >>"$L/etc/vmm_exec/vmm_exec_kvm.conf"
 	# 6.x: the scheduler is its own daemon (mm_sched), an XML-RPC client of
@@ -159,11 +167,11 @@ fe_ns() {
 		passwd="$d/passwd" group="$d/group"
 	shadow /var/lib one="$L/var" rbdfence="$fs/var-lib-rbdfence"
 	private /run "$fs/run"
+	private_tmp
 	private /var/tmp "$fs/var-tmp"
 	private /var/log "$fs/var-log"
 	private /root "$fs/root"
 	mkdir -p /run/lock
-	fe_start "$fe"
 }
 
 # fe_start FE: start oned (which starts monitord, the scheduler and the

@@ -5,12 +5,15 @@
 #   test/oned/hosts.sh down              stop every host, delete what up made
 #   test/oned/hosts.sh libvirtd NAME start|stop|restart
 #   test/oned/hosts.sh exec NAME CMD...  run CMD on host NAME (as root)
-#   test/oned/hosts.sh cut|heal NAME     stop (start) the host's sshd and
-#                                        monitoring client: libvirtd, QEMU
-#                                        and their Ceph clients go on
+#   test/oned/hosts.sh cut|heal NAME     cut the host off the front-ends'
+#                                        network (and heal it): libvirtd,
+#                                        QEMU and their Ceph clients go on
+#   test/oned/hosts.sh cephcut|cephheal NAME  cut the host off the Ceph
+#                                        cluster (and heal it)
 #
-# NAME is one of rbdo-a, rbdo-b (the 7.4.0 front-end's hosts), rbdo-c,
-# rbdo-d (6.10.5's). Layout (apart from test/netns/hosts.sh's rbdf-a/rbdf-b,
+# NAME is one of rbdo-a, rbdo-b, rbdo-e (the 7.4.0 front-end's hosts; e is
+# the one the host-failure tests cut off), rbdo-c, rbdo-d, rbdo-f (6.10.5's).
+# Layout (apart from test/netns/hosts.sh's rbdf-a/rbdf-b,
 # rbdf0 and 10.77.0.0/24, which this suite does not touch):
 #
 #   root namespace   bridge rbdo0, 10.78.0.1/24: the front-ends' address
@@ -22,7 +25,9 @@
 #                    /run/libvirt), /var/log (so /var/log/libvirt),
 #                    /var/tmp (so /var/tmp/one, where `onehost sync` puts
 #                    the drivers, and /var/tmp/one_db, monitord's client),
-#                    /var/lib/one (datastores, rbdfence's spool), /etc/one,
+#                    /tmp (lib.sh private_tmp: OpenNebula's monitoring
+#                    client's pid file), /var/lib/one (datastores,
+#                    rbdfence's spool), /etc/one,
 #                    /var/lib/rbdfence, /usr/local/libexec (the hook binary),
 #                    /etc/ceph (ceph.conf and the client.libvirt keyring, as
 #                    OpenNebula's Ceph hosts have them), /etc/hosts and /root
@@ -51,8 +56,8 @@ BRIDGE=rbdo0
 BRIDGE_IP=10.78.0.1
 PREFIX=24
 ALIAS=rbdfence-oned
-ALL_HOSTS=(rbdo-a rbdo-b rbdo-c rbdo-d)
-declare -A IP=([rbdo-a]=10.78.0.11 [rbdo-b]=10.78.0.12 [rbdo-c]=10.78.0.13 [rbdo-d]=10.78.0.14)
+ALL_HOSTS=(rbdo-a rbdo-b rbdo-c rbdo-d rbdo-e rbdo-f)
+declare -A IP=([rbdo-a]=10.78.0.11 [rbdo-b]=10.78.0.12 [rbdo-c]=10.78.0.13 [rbdo-d]=10.78.0.14 [rbdo-e]=10.78.0.15 [rbdo-f]=10.78.0.16)
 MIGRATION_PORTS=(16797 16798)
 SSH_KEY=$ONED_DIR/ssh/id_ed25519
 OWNED=$ONED_DIR/owned
@@ -73,6 +78,7 @@ setup_common() {
 		ssh-keygen -q -t ed25519 -N '' -C rbdfence-oned -f "$SSH_KEY" </dev/null
 	fi
 	install -m 0600 "$SSH_KEY.pub" "$ONED_DIR/ssh/authorized_keys"
+	ssh_config
 	{
 		echo "127.0.0.1 localhost"
 		echo "::1 localhost ip6-localhost ip6-loopback"
@@ -85,15 +91,13 @@ setup_common() {
 	chmod 644 "$ONED_DIR/etc-hosts"
 }
 
-# ssh_home DIR: root's ~/.ssh of a machine: the suite's key, no host key
-# checks (the test hosts are made anew every run).
-ssh_home() {
-	local home=$1
-	mkdir -p "$home/.ssh"
-	chmod 700 "$home" "$home/.ssh"
-	install -m 0600 "$SSH_KEY" "$home/.ssh/id_ed25519"
-	install -m 0644 "$SSH_KEY.pub" "$home/.ssh/id_ed25519.pub"
-	cat >"$home/.ssh/config" <<EOF
+# ssh_config: the ssh client config of every machine of the suite (root's
+# on the hosts and front-ends): the suite's key, no host key checks (the
+# test hosts are made anew every run), and OpenNebula's own
+# ServerAliveInterval (share/ssh/etc/config in 7.4.0), so that a session to
+# a host that was cut off ends.
+ssh_config() {
+	cat >"$ONED_DIR/ssh/config" <<EOF
 Host *
 	User root
 	IdentityFile ~/.ssh/id_ed25519
@@ -103,9 +107,20 @@ Host *
 	GlobalKnownHostsFile /dev/null
 	BatchMode yes
 	ConnectTimeout 10
+	ServerAliveInterval 10
 	LogLevel ERROR
 EOF
-	chmod 600 "$home/.ssh/config"
+	chmod 600 "$ONED_DIR/ssh/config"
+}
+
+# ssh_home DIR: root's ~/.ssh of a machine.
+ssh_home() {
+	local home=$1
+	mkdir -p "$home/.ssh"
+	chmod 700 "$home" "$home/.ssh"
+	install -m 0600 "$SSH_KEY" "$home/.ssh/id_ed25519"
+	install -m 0644 "$SSH_KEY.pub" "$home/.ssh/id_ed25519.pub"
+	install -m 0600 "$ONED_DIR/ssh/config" "$home/.ssh/config"
 }
 
 setup_bridge() {
@@ -217,6 +232,7 @@ host_ns() {
 	shadow /var/cache libvirt="$fs/var-cache-libvirt"
 	shadow /usr/local libexec="$fs/usr-local-libexec"
 	private /run "$fs/run"
+	private_tmp
 	private /var/tmp "$fs/var-tmp"
 	private /var/log "$fs/var-log"
 	private /root "$fs/root"
@@ -268,27 +284,51 @@ libvirt_stop() {
 	kill -KILL "$pid" 2>/dev/null || true
 }
 
-# host_cut / host_heal: run inside a host. Cut: the host drops off the
-# front-end's network view (its sshd and OpenNebula's monitoring client
-# stop) while libvirtd and its QEMUs, and so their Ceph clients, go on: a
-# host oned sees as failed that still writes to Ceph. Heal: sshd again (the
-# front-end restarts the monitoring).
-host_cut() {
-	local pid
-	for f in /run/sshd.pid /var/tmp/one_db/.monitor_client.pid; do
-		pid=$(cat "$f" 2>/dev/null || true)
-		[[ $pid =~ ^[0-9]+$ ]] || continue
-		[ "$(readlink "/proc/$pid/ns/mnt" 2>/dev/null)" = "$(readlink /proc/self/ns/mnt)" ] || continue
-		kill -TERM "$pid" 2>/dev/null || true
+# cut / heal NAME: a network partition between the front-ends and host NAME
+# that leaves its path to Ceph alone. In the host's network namespace,
+# policy rules (ip rule, no netfilter needed) blackhole what the host sends
+# to the front-ends' address from its sshd (port 22) and to their oned,
+# monitord and hook manager ports (16780-16783, 16785-16797, 16799); the
+# Ceph clusters share that address (ports 16784 and 16798, and Ceph's own
+# 6800-7300) and are still reached. The front-end's new ssh connections time out
+# (ConnectTimeout), its open ones stall (ServerAliveInterval ends them), the
+# host's monitoring messages are lost: what oned sees of a failed host. The
+# host's libvirtd and QEMUs go on writing to Ceph. Heal removes the rules.
+CUT_RULES=(
+	"pref 1090 to $BRIDGE_IP ipproto tcp sport 22 blackhole"
+	"pref 1091 to $BRIDGE_IP dport 16780-16783 blackhole"
+	"pref 1092 to $BRIDGE_IP dport 16785-16797 blackhole"
+	"pref 1093 to $BRIDGE_IP dport 16799 blackhole"
+)
+# cephcut / cephheal NAME: the other partition: host NAME no longer reaches
+# the Ceph clusters (their monitors, 16784 and 16798, their OSDs and
+# managers, Ceph's 6800-7300), the front-ends still reach the host.
+CEPH_CUT_RULES=(
+	"pref 1094 to $BRIDGE_IP dport 16784 blackhole"
+	"pref 1095 to $BRIDGE_IP dport 16798 blackhole"
+	"pref 1096 to $BRIDGE_IP dport 6800-7300 blackhole"
+)
+
+# rules_add NS RULE...: add each policy rule (its "pref N" first) unless
+# its preference is taken; rules_del NS RULE...: delete them.
+rules_add() {
+	local ns=$1 r
+	shift
+	[ -e "/run/netns/$ns" ] || die "$ns is not up"
+	for r in "$@"; do
+		# shellcheck disable=SC2086 # a rule is words
+		ip -n "$ns" rule show ${r%% to *} | grep -q . || q ip -n "$ns" rule add $r
 	done
 }
 
-host_heal() {
-	local name d
-	name=$(hostname)
-	d=$ONED_DIR/$name
-	[ -e /run/sshd.pid ] && [ "$(cat "/proc/$(cat /run/sshd.pid)/comm" 2>/dev/null)" = sshd ] && return 0
-	daemon /usr/sbin/sshd -f "$d/sshd_config" -E /var/log/sshd.log
+rules_del() {
+	local ns=$1 r
+	shift
+	[ -e "/run/netns/$ns" ] || die "$ns is not up"
+	for r in "$@"; do
+		# shellcheck disable=SC2086
+		while ip -n "$ns" rule show ${r%% to *} | grep -q .; do q ip -n "$ns" rule del ${r%% to *}; done
+	done
 }
 
 valid_host() {
@@ -314,7 +354,7 @@ cmd_up() {
 		fi
 	done
 	for h in "$@"; do
-		timeout 20 ssh -F "$ONED_DIR/$h/fs/root/.ssh/config" -i "$SSH_KEY" "root@${IP[$h]}" true </dev/null ||
+		timeout 20 ssh -F "$ONED_DIR/ssh/config" -i "$SSH_KEY" "root@${IP[$h]}" true </dev/null ||
 			die "ssh root@${IP[$h]} ($h) does not work (log: $ONED_DIR/$h/fs/var-log/sshd.log)"
 	done
 	log "hosts up: $*"
@@ -354,12 +394,17 @@ main() {
 		*) die "usage: $PROG libvirtd NAME start|stop|restart" ;;
 		esac
 		;;
-	cut | heal)
+	cut | heal | cephcut | cephheal)
 		[ $# -eq 1 ] || die "usage: $PROG $cmd NAME"
 		valid_host "$1"
-		ns_exec "$1" bash -c "source '$SCRIPT'; host_$cmd"
+		case "$cmd" in
+		cut) rules_add "$1" "${CUT_RULES[@]}" ;;
+		heal) rules_del "$1" "${CUT_RULES[@]}" ;;
+		cephcut) rules_add "$1" "${CEPH_CUT_RULES[@]}" ;;
+		cephheal) rules_del "$1" "${CEPH_CUT_RULES[@]}" ;;
+		esac
 		;;
-	*) die "usage: $PROG up NAME...|down|exec NAME CMD...|libvirtd NAME start|stop|restart|cut NAME|heal NAME" ;;
+	*) die "usage: $PROG up NAME...|down|exec NAME CMD...|libvirtd NAME start|stop|restart|cut|heal|cephcut|cephheal NAME" ;;
 	esac
 }
 

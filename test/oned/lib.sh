@@ -82,6 +82,34 @@ private() {
 	mount --bind "$2" "$1"
 }
 
+# private_tmp: inside a namespace, a /tmp of its own (a tmpfs) in which
+# only the top directory of $ONED_DIR under /tmp (the test root, e.g.
+# /tmp/rbdfence-test: the suite's files, rbdfence's binaries, the Ceph
+# cluster's conf) is the machine's. OpenNebula's monitoring client keeps
+# /tmp/one-monitord-<host ID>.pid and .error there
+# (src/im_mad/remotes/common.d/monitord-client_control.sh:45-52), the
+# drivers their temporary files: without this they would land in the
+# machine's /tmp, and two front-ends' host 0 would share one file. Needs
+# the private /run (the staging point).
+private_tmp() {
+	local top="" rest stage=/run/.rbdfence-oned-tmp
+	case "$ONED_DIR" in
+	/tmp/?*)
+		rest=${ONED_DIR#/tmp/}
+		top=${rest%%/*}
+		;;
+	esac
+	mkdir -p "$stage"
+	mount --rbind /tmp "$stage"
+	mount -t tmpfs -o mode=1777 rbdfence-oned-tmp /tmp
+	if [ -n "$top" ]; then
+		mkdir -p "/tmp/$top"
+		mount --rbind "$stage/$top" "/tmp/$top"
+	fi
+	umount -l "$stage"
+	rmdir "$stage"
+}
+
 anchor_pid() {
 	local f=$ONED_DIR/$1/anchor.pid pid
 	[ -f "$f" ] || return 1
@@ -174,24 +202,27 @@ ns_pids() {
 	done
 }
 
-# ns_kill NAME [NETNS]: stop every process of machine NAME (TERM, then KILL
-# after 10 s); the namespace goes with the last of them.
+# ns_kill NAME [NETNS]: stop every process of machine NAME; the namespace
+# goes with the last of them. Each pass freezes every process found
+# (SIGSTOP) before it kills them (SIGKILL): oned restarts a driver that
+# dies (and onemonitord its probes) by forking, so a TERM to all at once,
+# or a kill of the drivers before oned, makes new processes (a front-end
+# whose tree was deleted under it forked without end: each child, unable
+# to exec, stayed). A frozen process forks nothing. Nothing here is
+# worth a clean shutdown: the machine's state goes with the test root.
 ns_kill() {
 	local name=$1 netns=${2:-} pids i
 	pids=$(ns_pids "$name" "$netns")
 	[ -n "$pids" ] || return 0
 	log "stopping $name ($(echo $pids | wc -w) processes)"
-	kill -TERM $pids 2>/dev/null || true
-	for i in $(seq 1 100); do
-		pids=$(ns_pids "$name" "$netns")
-		[ -n "$pids" ] || return 0
-		sleep 0.1
-	done
-	kill -KILL $pids 2>/dev/null || true
 	for i in $(seq 1 50); do
+		# shellcheck disable=SC2086
+		kill -STOP $pids 2>/dev/null || true
+		# shellcheck disable=SC2086
+		kill -KILL $pids 2>/dev/null || true
+		sleep 0.2
 		pids=$(ns_pids "$name" "$netns")
 		[ -n "$pids" ] || return 0
-		sleep 0.1
 	done
 	die "processes of $name survive SIGKILL: $pids"
 }
