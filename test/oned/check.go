@@ -15,7 +15,7 @@ func (s *Stack) FencedEvent(t testenv.T, vm int, addr string) Event {
 	t.Helper()
 	var got Event
 	s.WaitVM(t, vm, "showing the collision event of "+addr, time.Minute, func(v *VM) bool {
-		for _, e := range v.User.Events {
+		for _, e := range v.User.Events() {
 			if e.Address == addr {
 				got = e
 				return true

@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -55,7 +56,7 @@ func (s *Stack) TryHost(h Host, cmd string) (string, error) {
 // Host returns the stack's host named name.
 func (s *Stack) Host(t testenv.T, name string) Host {
 	t.Helper()
-	for _, h := range s.Hosts {
+	for _, h := range s.all() {
 		if h.Name == name {
 			return h
 		}
@@ -75,26 +76,50 @@ const (
 	StatePoweroff  = 8
 	StateUndeploy  = 9
 
-	LCMRunning     = 3
-	LCMUnknown     = 16
-	LCMBootFailure = 36
+	LCMRunning             = 3
+	LCMUnknown             = 16
+	LCMBootFailure         = 36
+	LCMBootUndeployFailure = 47
 )
 
-// VM is what `onevm show -x` says about a VM.
+// VM is what `onevm show -x` (one.vm.info) says about a VM.
 type VM struct {
-	ID       int    `xml:"ID"`
-	Name     string `xml:"NAME"`
-	State    int    `xml:"STATE"`
-	LCM      int    `xml:"LCM_STATE"`
-	DeployID string `xml:"DEPLOY_ID"`
-	Disks    []Disk `xml:"TEMPLATE>DISK"`
-	User     struct {
-		Error      string  `xml:"ERROR"`
-		Collisions string  `xml:"RBDFENCE_COLLISIONS"`
-		Last       string  `xml:"RBDFENCE_LAST_COLLISION"`
-		Events     []Event `xml:"RBDFENCE_EVENT"`
-	} `xml:"USER_TEMPLATE"`
-	History []History `xml:"HISTORY_RECORDS>HISTORY"`
+	ID       int          `xml:"ID"`
+	Name     string       `xml:"NAME"`
+	State    int          `xml:"STATE"`
+	LCM      int          `xml:"LCM_STATE"`
+	DeployID string       `xml:"DEPLOY_ID"`
+	Disks    []Disk       `xml:"TEMPLATE>DISK"`
+	User     UserTemplate `xml:"USER_TEMPLATE"`
+	History  []History    `xml:"HISTORY_RECORDS>HISTORY"`
+}
+
+// UserTemplate is the part of a VM's USER_TEMPLATE the tests read: the
+// error oned writes there when a driver action fails, and rbdfence's
+// collision events, one attribute each (RBDFENCE_EVENT_<time>_<hash>,
+// internal/opennebula EventAttr).
+type UserTemplate struct {
+	Error      string      `xml:"ERROR"`
+	Collisions string      `xml:"RBDFENCE_COLLISIONS"`
+	Last       string      `xml:"RBDFENCE_LAST_COLLISION"`
+	Attrs      []EventAttr `xml:",any"`
+}
+
+// EventAttr is one attribute of the user template read as an event.
+type EventAttr struct {
+	XMLName xml.Name
+	Event
+}
+
+// Events are the user template's collision events.
+func (u UserTemplate) Events() []Event {
+	var out []Event
+	for _, a := range u.Attrs {
+		if n := a.XMLName.Local; n == "RBDFENCE_EVENT" || strings.HasPrefix(n, "RBDFENCE_EVENT_") {
+			out = append(out, a.Event)
+		}
+	}
+	return out
 }
 
 // Disk is one DISK of a VM's template.
@@ -148,19 +173,31 @@ func (v *VM) String() string {
 // Running: ACTIVE/RUNNING.
 func (v *VM) Running() bool { return v.State == StateActive && v.LCM == LCMRunning }
 
-// ShowVM is `onevm show -x ID`.
+// ShowVM is `onevm show -x ID`, read through oned's API (one.vm.info).
 func (s *Stack) ShowVM(t testenv.T, id int) *VM {
 	t.Helper()
-	out := s.One(t, "onevm", "show", "-x", strconv.Itoa(id))
-	var v VM
-	if err := xml.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatalf("onevm show -x %d: %v\n%s", id, err, out)
+	v, err := s.vmInfo(id)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return &v
+	return v
 }
 
-// WaitVM polls `onevm show` until ok holds (at most within) and returns the
-// VM then; otherwise it fails the test with the VM's state and log.
+func (s *Stack) vmInfo(id int) (*VM, error) {
+	out, err := s.RPC("one.vm.info", id, false)
+	if err != nil {
+		return nil, err
+	}
+	var v VM
+	if err := xml.Unmarshal([]byte(out), &v); err != nil {
+		return nil, fmt.Errorf("one.vm.info %d: %v\n%s", id, err, tail(out, 20))
+	}
+	return &v, nil
+}
+
+// WaitVM polls the VM (one.vm.info, twice a second) until ok holds (at
+// most within) and returns the VM then; otherwise it fails the test with
+// the VM's state and log.
 func (s *Stack) WaitVM(t testenv.T, id int, what string, within time.Duration, ok func(*VM) bool) *VM {
 	t.Helper()
 	deadline := time.Now().Add(within)
@@ -173,7 +210,7 @@ func (s *Stack) WaitVM(t testenv.T, id int, what string, within time.Duration, o
 		if time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond)
 	}
 	t.Fatalf("VM %d is not %s after %s: %s\n%s", id, what, within, v, s.VMLog(t, id))
 	return nil
@@ -200,10 +237,10 @@ func failureLCM(lcm int) bool {
 }
 
 // VMLog is the tail of the VM's log on the front-end (ONE_LOCATION layout:
-// var/<ID>.log).
+// var/vms/<ID>/vm.log).
 func (s *Stack) VMLog(t testenv.T, id int) string {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("%s/%s/one/var/%d.log", s.dir, s.FE, id))
+	b, err := os.ReadFile(filepath.Join(s.dir, s.FE, "one/var/vms", strconv.Itoa(id), "vm.log"))
 	if err != nil {
 		return "(no VM log: " + err.Error() + ")"
 	}
@@ -228,9 +265,12 @@ func (s *Stack) NewImage(t testenv.T, name string, persistent bool) Image {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		out := s.One(t, "oneimage", "show", "-x", strconv.Itoa(id))
+		out, err := s.RPC("one.image.info", id, false)
+		if err != nil {
+			t.Fatal(err)
+		}
 		st := xmlField(out, "STATE")
 		if st == "1" { // READY
 			return Image{ID: id, Source: xmlField(out, "SOURCE")}
@@ -238,7 +278,7 @@ func (s *Stack) NewImage(t testenv.T, name string, persistent bool) Image {
 		if st == "5" || time.Now().After(deadline) { // ERROR
 			t.Fatalf("image %d not READY (state %s): %s", id, st, out)
 		}
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 

@@ -153,8 +153,6 @@ func setHosts(t testenv.T, s *oned.Stack, rbd, plain oned.Host) {
 		if strings.Contains(out, "<VM_MAD><![CDATA["+h.mad+"]]></VM_MAD>") {
 			continue
 		}
-		s.One(t, "onehost", "delete", h.host.Name)
-		s.One(t, "onehost", "create", h.host.Name, "-i", "kvm", "-v", h.mad)
-		s.WaitHost(t, h.host.Name, "MONITORED")
+		s.ReplaceHost(t, h.host.Name, h.mad)
 	}
 }
