@@ -1,8 +1,3 @@
-//go:build onedwip
-
-// Not yet seen passing on the real oned (issue 19 not done): built only with
-// -tags onedwip, so not in make test.
-
 package oned
 
 import (
@@ -16,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rbdfence/rbdfence/internal/opennebula"
 	"github.com/rbdfence/rbdfence/test/onedsim"
 )
 
@@ -25,6 +21,7 @@ import (
 // against the real oned 7.4.0: the same XML-RPC bytes to both, the answers
 // compared.
 func TestStandInMatchesOned(t *testing.T) {
+	t.Parallel()
 	s := Start(t, "fe74")
 	auth, err := os.ReadFile(filepath.Join(s.dir, s.FE, "fs/root/.one/one_auth"))
 	if err != nil {
@@ -65,8 +62,12 @@ func TestStandInMatchesOned(t *testing.T) {
 		// As rbdfence's event recorder writes (internal/opennebula events):
 		// the vector attributes of one name as a set, and single ones.
 		updates := []string{
-			"RBDFENCE_COLLISIONS = \"1\"\nRBDFENCE_EVENT = [ ID = \"e1\", ADDRESS = \"10.0.0.5:0/1\", ACTION = \"blocklisted+unlocked\" ]\n",
-			"RBDFENCE_COLLISIONS = \"2\"\nRBDFENCE_EVENT = [ ID = \"e1\", ADDRESS = \"10.0.0.5:0/1\" ]\nRBDFENCE_EVENT = [ ID = \"e2\", ADDRESS = \"10.0.0.6:0/2\", IMAGE = \"one/one-7\" ]\nRBDFENCE_LAST_COLLISION = \"x \\\"quoted\\\" y\"\n",
+			"RBDFENCE_COLLISIONS = \"1\"\nRBDFENCE_EVENT_20261130T092210Z_5B7C0D1E2F3A4B5C = [ ID = \"e1\", ADDRESS = \"10.0.0.5:0/1\", ACTION = \"blocklisted+unlocked\" ]\n",
+			"RBDFENCE_COLLISIONS = \"2\"\nRBDFENCE_EVENT_20261130T092211Z_0000000000000002 = [ ID = \"e2\", ADDRESS = \"10.0.0.6:0/2\", IMAGE = \"one/one-7\" ]\nRBDFENCE_LAST_COLLISION = \"x \\\"quoted\\\" y\"\n",
+			// an empty vector erases the attribute (how rbdfence drops old events)
+			"RBDFENCE_EVENT_20261130T092210Z_5B7C0D1E2F3A4B5C = [ ]\n",
+			// the single name older versions wrote, several times
+			"RBDFENCE_EVENT = [ ID = \"e3\" ]\nRBDFENCE_EVENT = [ ID = \"e4\" ]\n",
 			"<TEMPLATE><RBDFENCE_COLLISIONS>3</RBDFENCE_COLLISIONS></TEMPLATE>",
 		}
 		for i, u := range updates {
@@ -82,7 +83,51 @@ func TestStandInMatchesOned(t *testing.T) {
 		}
 	})
 	t.Run("update parse error", func(t *testing.T) {
+		// The code, and the message up to where bison's own wording starts.
 		r, st := both("one.vm.update", session, vm, "RBDFENCE_EVENT = [ ID = \"x\"", 1)
+		sameFailurePrefix(t, r, st, "[one.vm.update] Parse error: syntax error")
+	})
+	t.Run("update errors", func(t *testing.T) {
+		r, st := both("one.vm.update", session, 987654, "A = \"1\"", 1)
+		sameFailure(t, r, st)
+		r, st = both("one.vm.update", session, vm, "A = \"1\"", 2)
+		sameFailure(t, r, st)
+	})
+	t.Run("pool filter out of range", func(t *testing.T) {
+		r, st := both("one.vmpool.info", session, -7, -1, -1, -1)
+		sameFailure(t, r, st)
+	})
+	t.Run("host document", func(t *testing.T) {
+		// fence-host reads a host through internal/opennebula ParseHost:
+		// the stand-in's document of the same host must read the same.
+		id, err := s.HostID(s.Hosts[0].Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdoc := okBody(t, call(t, real, "one.host.info", session, id, false))
+		rh, err := opennebula.ParseHost([]byte(rdoc))
+		if err != nil {
+			t.Fatalf("ParseHost of oned's one.host.info: %v", err)
+		}
+		sim.PutHost(onedsim.Host{ID: rh.ID, Name: rh.Name, State: rh.State, LastMonitored: rh.LastMonitored,
+			Template: onedsim.Template{{Name: opennebula.AttrHostAddresses, Value: "10.78.0.11 fd00::11"}}})
+		r, st := both("one.host.update", session, id, opennebula.AttrHostAddresses+" = \"10.78.0.11 fd00::11\"", 1)
+		if r[0] != st[0] {
+			t.Fatalf("one.host.update: oned %v, stand-in %v", r, st)
+		}
+		rh, err = opennebula.ParseHost([]byte(okBody(t, call(t, real, "one.host.info", session, id, false))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sh, err := opennebula.ParseHost([]byte(okBody(t, call(t, stand, "one.host.info", session, id, false))))
+		if err != nil {
+			t.Fatalf("ParseHost of the stand-in's one.host.info: %v", err)
+		}
+		rh.VMs, sh.VMs = nil, nil // the real host runs other tests' VMs
+		if !reflect.DeepEqual(rh, sh) {
+			t.Fatalf("host %d read from\noned:     %+v\nstand-in: %+v", id, rh, sh)
+		}
+		r, st = both("one.host.info", session, 987654, false)
 		sameFailure(t, r, st)
 	})
 	t.Run("pool documents", func(t *testing.T) {
@@ -142,6 +187,20 @@ func sameFailure(t *testing.T, r, st []any) {
 	}
 	if r[1] != st[1] || r[2] != st[2] {
 		t.Fatalf("failure differs:\noned:     %q code %v\nstand-in: %q code %v", r[1], r[2], st[1], st[2])
+	}
+}
+
+// sameFailurePrefix: both fail with the same code, and both messages
+// start with prefix.
+func sameFailurePrefix(t *testing.T, r, st []any, prefix string) {
+	t.Helper()
+	if len(r) < 3 || len(st) < 3 || r[0] != false || st[0] != false {
+		t.Fatalf("want failures: oned %v, stand-in %v", r, st)
+	}
+	rm, _ := r[1].(string)
+	sm, _ := st[1].(string)
+	if r[2] != st[2] || !strings.HasPrefix(rm, prefix) || !strings.HasPrefix(sm, prefix) {
+		t.Fatalf("failure differs (want code alike and both messages starting %q):\noned:     %q code %v\nstand-in: %q code %v", prefix, rm, r[2], sm, st[2])
 	}
 }
 

@@ -524,7 +524,11 @@ func (s *Sim) vmUpdate(name string, p []any) []byte {
 	}
 	nt, err := ParseTemplate(tmpl)
 	if err != nil {
-		return fail(CodeInternal, fmt.Sprintf("[%s] Cannot update template. %v", name, err), id)
+		// ACTION, as oned's one.vm.update answers a template it cannot
+		// parse (src/rm/api/VirtualMachineAPI.cc:281-285 of release-7.4.0,
+		// RequestManagerUpdateTemplate.cc:166-168 of 6.10.5); "Cannot
+		// update template." (INTERNAL) is for other objects (hosts).
+		return fail(CodeAction, fmt.Sprintf("[%s] %v", name, err), id)
 	}
 	s.mu.Lock()
 	if typ == 1 {
