@@ -548,7 +548,9 @@ func (s *Sim) vmUpdate(name string, p []any) []byte {
 func (s *Sim) vmPoolInfo(name string, p []any) []byte {
 	who, start, end, state := intParam(p, 0, -2), intParam(p, 1, -1), intParam(p, 2, -1), intParam(p, 3, -1)
 	if who < -4 || state < -2 {
-		return failure(CodeXMLRPCAPI, fmt.Sprintf("[%s] Incorrect filter_flag.", name), -1)
+		// no period (src/rm/api/VirtualMachinePoolAPI.cc:171 of release-7.4.0,
+		// RequestManagerPoolInfoFilter.cc:207 of 6.10.5; TestStandInMatchesOned)
+		return failure(CodeXMLRPCAPI, fmt.Sprintf("[%s] Incorrect filter_flag", name), -1)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -214,7 +214,7 @@ func TestOnedErrors(t *testing.T) {
 		{"wrong update type", func(c *goca.Controller) error { return c.VM(42).Update("A=1", parameters.UpdateType(2)) },
 			goerrs.OneXMLRPCAPIError, "[one.vm.update] Wrong update type"},
 		{"pool filter out of range", func(c *goca.Controller) error { _, err := c.VMs().Info(-7); return err },
-			goerrs.OneXMLRPCAPIError, "[one.vmpool.info] Incorrect filter_flag."},
+			goerrs.OneXMLRPCAPIError, "[one.vmpool.info] Incorrect filter_flag"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
