@@ -103,7 +103,10 @@ func testPoweroffResume(t *testing.T, s *Stack) {
 	if st := s.DomainState(t, a, vm); st != "" {
 		t.Fatalf("one-%d on %s after poweroff: %q, want no domain", vm, a.Name, st)
 	}
-	show := s.ShowText(t, vm)
+	// The README's `onevm show 42 --all | grep -E 'SOURCE|HOST'`: without
+	// --all, 7.4.0's onevm show drops the template's DISKs, and with them
+	// SOURCE (src/cli/one_helper/onevm_helper.rb:957-958).
+	show := s.One(t, "onevm", "show", id, "--all")
 	if !strings.Contains(show, img.Source) || !strings.Contains(show, a.Name) {
 		t.Fatalf("onevm show %d names neither its image %s nor its host %s:\n%s", vm, img.Source, a.Name, show)
 	}
