@@ -37,16 +37,21 @@
 #                  and `linuxcontainers` market drivers dropped (their default
 #                  marketplaces would reach the internet,
 #                  src/market/MarketPlacePool.cc:38-49 in 7.4.0);
-#                  MONITORING_INTERVAL_DATASTORE 20 s (a new datastore has no
-#                  capacity until monitored; shorter makes the Ceph monitor
-#                  runs, ~10 s each, pile up ahead of an image's mkfs); DATASTORE_LOCATION
+#                  MONITORING_INTERVAL_DATASTORE 60 s (a new datastore has no
+#                  capacity until monitored; on a loaded 2-core machine a
+#                  Ceph monitor run takes minutes, and at 20 s they piled up
+#                  ahead of the images' mkfs); DATASTORE_LOCATION
 #                  /var/lib/one/datastores (as without ONE_LOCATION: each
 #                  host's own directory)
 #   monitord.conf  NETWORK ADDRESS 10.78.0.1 and PORT; probe periods lowered
-#                  (SYNC_STATE_VM 180 s -> 10 s, MONITOR_HOST 120 s -> 10 s,
-#                  BEACON_HOST 30 s -> 5 s, STATE_VM 5 s -> 2 s); a host
+#                  (SYNC_STATE_VM 180 s -> 30 s, MONITOR_HOST 120 s -> 60 s,
+#                  BEACON_HOST 30 s -> 5 s) and STATE_VM raised 5 s -> 30 s:
+#                  every probe run is a few Ruby processes on each of six
+#                  hosts, and at 2 s they alone kept a 2-core machine busy;
+#                  the tests wait on the drivers' answers, not on probes; a host
 #                  without beacons is probed again after 10 s, not 180 s
 #                  (MONITORING_INTERVAL_HOST, MANAGER_TIMER 2)
+#                  HOSTNAME rbdo-FE (the front-end's sshd: SSHD_PORT)
 #   onehem-server.conf  the hook manager's ports
 #   remotes/etc/vmm/kvm/kvmrc  SHUTDOWN_TIMEOUT 180 s -> 6 s (a guest
 #                  without an OS ignores ACPI: onevm poweroff ends with a
@@ -65,6 +70,11 @@ BRIDGE_IP=10.78.0.1
 ALL_FES=(fe74 fe74b fe610)
 declare -A VERSION=([fe74]=7.4.0 [fe74b]=7.4.0 [fe610]=6.10.5)
 declare -A PORT0=([fe74]=16780 [fe74b]=16785 [fe610]=16794)
+# The front-end's own sshd (fe74 only: the one free test port): OpenNebula's
+# TM copies a VM's directory from the host back to the front-end on undeploy
+# and stop (tm/ceph/mv runs ssh to oned.conf's HOSTNAME, rbdo-FE; hosts.sh's
+# ssh config names the port). Without it those actions fail.
+declare -A SSHD_PORT=([fe74]=16799)
 ONEADMIN_UID=9869
 
 valid_fe() {
@@ -102,6 +112,7 @@ fe_files() {
 	chmod 1777 "$fs/var-tmp"
 	cp -a "$tree" "$L"
 	echo "rbdo-$fe" >"$d/hostname"
+	[ -z "${SSHD_PORT[$fe]:-}" ] || sshd_files "$fe" "$BRIDGE_IP:${SSHD_PORT[$fe]}"
 	# oneadmin's home: the suite's ssh key, and the password oned gives
 	# oneadmin at its first start (ONE_AUTH).
 	mkdir -p "$fs/root/.ssh" "$fs/root/.one"
@@ -133,12 +144,16 @@ fe_files() {
 	edit "$c" -e "s/^PORT = 2633\$/PORT = $p/" -e 's/^LISTEN_ADDRESS = "0.0.0.0"$/LISTEN_ADDRESS = "127.0.0.1"/'
 	edit "$c" -e 's/^\(    ARGUMENTS  = "-t 15 -m http,s3\),one,linuxcontainers"$/\1"/'
 	edit "$c" -e "s/-p 2101 -l 2102 -b 127.0.0.1/-p $((p + 2)) -l $((p + 3)) -b 127.0.0.1/"
-	edit "$c" -e 's/^MONITORING_INTERVAL_DATASTORE = 300$/MONITORING_INTERVAL_DATASTORE = 20/'
+	edit "$c" -e 's/^MONITORING_INTERVAL_DATASTORE = 300$/MONITORING_INTERVAL_DATASTORE = 60/'
 	edit "$c" -e 's|^#DATASTORE_LOCATION  = /var/lib/one/datastores$|DATASTORE_LOCATION  = /var/lib/one/datastores|'
+	# oned's own name, as the TM's copies back to the front-end use it
+	# (src/nebula/Nebula.cc:254-282 in 7.4.0: else the canonical name of
+	# gethostname(), rbdo-fe for every front-end here).
+	printf '\n# rbdfence test front-end: its name on the hosts\x27 bridge\nHOSTNAME = "rbdo-%s"\n' "$fe" >>"$c"
 	local m=$L/etc/monitord.conf
 	edit "$m" -e "s/^    ADDRESS         = \"[0-9.:]*\",/    ADDRESS         = \"$BRIDGE_IP\",/" -e "s/^    PORT    = 4124,/    PORT    = $((p + 1)),/"
-	edit "$m" -e 's/^    BEACON_HOST    = 30,/    BEACON_HOST    = 5,/' -e 's/^    MONITOR_HOST   = 120,/    MONITOR_HOST   = 10,/' \
-		-e 's/^    STATE_VM       = 5,/    STATE_VM       = 2,/' -e 's/^    SYNC_STATE_VM  = 180$/    SYNC_STATE_VM  = 10/'
+	edit "$m" -e 's/^    BEACON_HOST    = 30,/    BEACON_HOST    = 5,/' -e 's/^    MONITOR_HOST   = 120,/    MONITOR_HOST   = 60,/' \
+		-e 's/^    SYNC_STATE_VM  = 180$/    SYNC_STATE_VM  = 30/' -e 's/^    STATE_VM       = 5,/    STATE_VM       = 30,/'
 	edit "$m" -e 's/^#MANAGER_TIMER = 15$/MANAGER_TIMER = 2/' -e 's/^#MONITORING_INTERVAL_HOST = 180$/MONITORING_INTERVAL_HOST = 10/'
 	# oned.conf's MONITORING_INTERVAL_HOST stays unset: host_error.rb then
 	# waits -p times 60 s before it fences (share/hooks/ft/host_error.rb:
@@ -180,6 +195,12 @@ fe_start() {
 	local fe=$1 L=$ONED_DIR/$1/one i
 	local -a env
 	mapfile -t env < <(fe_env "$fe")
+	if [ -n "${SSHD_PORT[$fe]:-}" ] && ! { [ -e /run/sshd.pid ] && [ "$(cat "/proc/$(cat /run/sshd.pid)/comm" 2>/dev/null)" = sshd ]; }; then
+		mkdir -p /run/sshd
+		chmod 755 /run/sshd
+		/usr/sbin/sshd -t -f "$ONED_DIR/$fe/sshd_config"
+		daemon /usr/sbin/sshd -f "$ONED_DIR/$fe/sshd_config" -E /var/log/sshd.log
+	fi
 	if ! pgrep -f "^$L/bin/oned" >/dev/null; then
 		rm -f "$L/var/.lock"
 		( cd "$L/var" && daemon env -i "${env[@]}" setsid "$L/bin/oned" -f >>"$L/var/oned.stdout" 2>&1 </dev/null & )

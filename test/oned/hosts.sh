@@ -98,6 +98,10 @@ setup_common() {
 # a host that was cut off ends.
 ssh_config() {
 	cat >"$ONED_DIR/ssh/config" <<EOF
+# fe74's sshd (frontend.sh), where OpenNebula's TM copies a VM's directory
+# back to the front-end (undeploy, stop).
+Host rbdo-fe74
+	Port 16799
 Host *
 	User root
 	IdentityFile ~/.ssh/id_ed25519
@@ -197,30 +201,7 @@ migration_port_min = ${MIGRATION_PORTS[0]}
 migration_port_max = ${MIGRATION_PORTS[1]}
 EOF
 	: >"$fs/etc-libvirt/virtlogd.conf"
-	cat >"$d/sshd_config" <<EOF
-# sshd of test host $name (test/oned/hosts.sh)
-ListenAddress $ip:22
-AddressFamily inet
-HostKey $d/ssh_host_ed25519_key
-PidFile /run/sshd.pid
-AuthorizedKeysFile $ONED_DIR/ssh/authorized_keys
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-UseDNS no
-PrintMotd no
-PrintLastLog no
-X11Forwarding no
-AllowAgentForwarding yes
-MaxStartups 100:30:200
-MaxSessions 100
-AcceptEnv LANG LC_*
-Subsystem sftp internal-sftp
-EOF
-	[ -s "$d/ssh_host_ed25519_key" ] ||
-		ssh-keygen -q -t ed25519 -N '' -C "rbdfence-oned-$name" -f "$d/ssh_host_ed25519_key" </dev/null
+	sshd_files "$name" "$ip:22"
 }
 
 # host_ns NAME: runs inside the host's new namespaces (ns_start).
@@ -360,17 +341,25 @@ cmd_up() {
 	log "hosts up: $*"
 }
 
+# cmd_down: every host goes, even when one of them does not: a host whose
+# processes survive is reported and the others are still removed (a down
+# that stopped at the first failure left netns and the bridge behind).
 cmd_down() {
-	local h
+	local h failed=()
 	[ -d "$ONED_DIR" ] || { link_exists "$BRIDGE" && link_ours "$BRIDGE" && q ip link del "$BRIDGE"; return 0; }
 	for h in "${ALL_HOSTS[@]}"; do
-		ns_kill "$h" "$h"
-		if [ -e "/run/netns/$h" ] && grep -qx "netns $h" "$OWNED" 2>/dev/null; then
-			q ip netns del "$h"
+		if ! (
+			ns_kill "$h" "$h"
+			if [ -e "/run/netns/$h" ] && grep -qx "netns $h" "$OWNED" 2>/dev/null; then
+				q ip netns del "$h"
+			fi
+			if link_exists "veth-$h" && link_ours "veth-$h"; then q ip link del "veth-$h"; fi
+		); then
+			failed+=("$h")
 		fi
-		if link_exists "veth-$h" && link_ours "veth-$h"; then q ip link del "veth-$h"; fi
 	done
-	if link_exists "$BRIDGE" && link_ours "$BRIDGE"; then q ip link del "$BRIDGE"; fi
+	if link_exists "$BRIDGE" && link_ours "$BRIDGE"; then q ip link del "$BRIDGE" || failed+=("$BRIDGE"); fi
+	[ ${#failed[@]} -eq 0 ] || die "not removed: ${failed[*]}"
 }
 
 main() {

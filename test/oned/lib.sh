@@ -110,6 +110,36 @@ private_tmp() {
 	rmdir "$stage"
 }
 
+# sshd_files NAME ADDR:PORT: machine NAME's sshd_config ($ONED_DIR/NAME/
+# sshd_config: root logs in with the suite's key only) and its host key.
+sshd_files() {
+	local name=$1 listen=$2 d=$ONED_DIR/$1
+	cat >"$d/sshd_config" <<EOF
+# sshd of $name (test/oned)
+ListenAddress $listen
+AddressFamily inet
+HostKey $d/ssh_host_ed25519_key
+PidFile /run/sshd.pid
+AuthorizedKeysFile $ONED_DIR/ssh/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+UseDNS no
+PrintMotd no
+PrintLastLog no
+X11Forwarding no
+AllowAgentForwarding yes
+MaxStartups 100:30:200
+MaxSessions 100
+AcceptEnv LANG LC_*
+Subsystem sftp internal-sftp
+EOF
+	[ -s "$d/ssh_host_ed25519_key" ] ||
+		ssh-keygen -q -t ed25519 -N '' -C "rbdfence-oned-$name" -f "$d/ssh_host_ed25519_key" </dev/null
+}
+
 anchor_pid() {
 	local f=$ONED_DIR/$1/anchor.pid pid
 	[ -f "$f" ] || return 1

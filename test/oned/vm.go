@@ -14,7 +14,7 @@ import (
 )
 
 // CmdTimeout bounds one OpenNebula command or host command of a test.
-var CmdTimeout = 3 * time.Minute
+var CmdTimeout = 5 * time.Minute
 
 // One runs an OpenNebula command (onevm, onehost, ...) on the front-end as
 // oneadmin and returns its output; a failure fails the test.
@@ -219,7 +219,7 @@ func (s *Stack) WaitVM(t testenv.T, id int, what string, within time.Duration, o
 // WaitRunning waits for ACTIVE/RUNNING; a failure state fails at once.
 func (s *Stack) WaitRunning(t testenv.T, id int) *VM {
 	t.Helper()
-	return s.WaitVM(t, id, "RUNNING", 2*time.Minute, func(v *VM) bool {
+	return s.WaitVM(t, id, "RUNNING", CmdTimeout, func(v *VM) bool {
 		if v.State == StateActive && failureLCM(v.LCM) {
 			t.Fatalf("VM %d failed while waiting for RUNNING: %s\n%s", id, v, s.VMLog(t, id))
 		}
@@ -265,7 +265,7 @@ func (s *Stack) NewImage(t testenv.T, name string, persistent bool) Image {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(CmdTimeout)
 	for {
 		out, err := s.RPC("one.image.info", id, false)
 		if err != nil {
