@@ -146,7 +146,7 @@ func sh(ctx context.Context, stdin string, name string, args ...string) (string,
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("%s %s: %v\nstdout: %s\nstderr: %s", name, strings.Join(args, " "), err, tail(out.String(), 20), tail(errb.String(), 30))
+		return out.String(), fmt.Errorf("%s %s: %w\nstdout: %s\nstderr: %s", name, strings.Join(args, " "), err, tail(out.String(), 20), tail(errb.String(), 30))
 	}
 	return out.String(), nil
 }
