@@ -248,33 +248,3 @@ func testSuspendResume(t *testing.T, s *Stack) {
 		t.Fatalf("the guest of VM %d cannot write after resume from SUSPENDED", vm)
 	}
 }
-
-// TestUndeployDeployElsewhere (row "resume from UNDEPLOYED" with a stale
-// client): a VM undeployed from one host while a client of its persistent
-// disk is left there (a zombie); `onevm deploy` to the other host fences it.
-func TestUndeployDeployElsewhere(t *testing.T) {
-	t.Parallel()
-	testUndeployDeployElsewhere(t, Start(t, "fe74"))
-}
-
-func testUndeployDeployElsewhere(t *testing.T, s *Stack) {
-	a, b := s.Hosts[0], s.Hosts[1]
-	img := s.NewImage(t, "undeploy", true)
-	vm := s.NewVM(t, VMTemplate("undeploy", img))
-	s.Deploy(t, vm, a)
-	s.One(t, "onevm", "undeploy", "--hard", strconv.Itoa(vm))
-	s.WaitVM(t, vm, "UNDEPLOYED", CmdTimeout, func(v *VM) bool { return v.State == StateUndeploy })
-	z := testenv.StartZombieOn(t, s.Ceph, a.Net(), img.Source, "write")
-	z.WaitWrite(t, true, 30*time.Second)
-	v := s.Deploy(t, vm, b)
-	if v.Host() != b.Name {
-		t.Fatalf("VM %d runs on %s, want %s", vm, v.Host(), b.Name)
-	}
-	if ev := z.WaitWrite(t, false, 30*time.Second); ev.Errno != 108 {
-		t.Fatalf("the stale client's next write: errno %d, want 108", ev.Errno)
-	}
-	s.FencedEvent(t, vm, z.Addr)
-	if !s.GuestWrite(t, b, vm, 0xc3) {
-		t.Fatalf("the guest of VM %d cannot write on %s", vm, b.Name)
-	}
-}
