@@ -20,6 +20,15 @@ PKGS=(
 	rpm lintian rpmlint
 	# a Debian 11 userland for the host platform tests (test/hostcompat)
 	debootstrap
+	# the real OpenNebula front-end (test/oned): oned, onemonitord and the
+	# scheduler built from source with Debian packages only
+	scons g++ bison flex pkg-config libxmlrpc-c++8-dev libxml2-dev
+	libsqlite3-dev libssl-dev zlib1g-dev libcurl4-openssl-dev
+	# ... its Ruby side (drivers, CLI, onehem-server, the HA hook)
+	ruby ruby-nokogiri ruby-xmlrpc ruby-sqlite3 ruby-json ruby-ffi-rzmq
+	ruby-treetop ruby-ipaddress ruby-parse-cron
+	# ... and the tools its drivers call on the front-end and the hosts
+	rsync genisoimage pciutils libxml2-utils netcat-openbsd
 )
 
 missing() {

@@ -17,7 +17,9 @@
 # (see README, "Test ports"), away from Ceph's own 6789 and 3300.
 #
 # What is compared: processes of the kinds a run starts (ceph-mon, ceph-mgr,
-# ceph-osd, libvirtd, virtlogd, sshd, qemu-system-*, the zombie test client),
+# ceph-osd, libvirtd, virtlogd, sshd, qemu-system-*, the zombie test client,
+# OpenNebula's oned, onemonitord, scheduler and Ruby drivers, the anchors of
+# test/oned's namespaces),
 # listening TCP sockets, network namespaces and links, and the entries (with
 # their content hash) of the WATCHED paths below. Packages and system users
 # that test/deps.sh and test/libvirt/env.sh install (libvirt-qemu, as
@@ -33,7 +35,7 @@ WATCHED=(
 	/run/rbdfence-test /run/one /usr/local/libexec/rbdfence
 	/var/lib/node_exporter
 )
-PROCS='^(ceph-mon|ceph-mgr|ceph-osd|libvirtd|virtlogd|sshd|qemu-system-.*|zombie|rbdfence.*)$'
+PROCS='^(ceph-mon|ceph-mgr|ceph-osd|libvirtd|virtlogd|sshd|qemu-system-.*|zombie|rbdfence.*|oned|onemonitord|one_sched|ruby.*|onehem-server.*)$'
 
 die() { echo "machine.sh: $*" >&2; exit 2; }
 
@@ -94,6 +96,15 @@ cmd_teardown() {
 	bash test/libvirt/env.sh stop || echo "machine.sh: test/libvirt/env.sh stop failed" >&2
 	RBDFENCE_NETNS_DIR=$ROOT/netns bash test/netns/hosts.sh down >/dev/null ||
 		echo "machine.sh: test/netns/hosts.sh down failed" >&2
+	# The real-OpenNebula suite (test/oned): the front-ends (oned, monitord,
+	# the scheduler, the drivers, onehem-server, their ssh sessions), then
+	# the KVM hosts (sshd, virtlogd, libvirtd, QEMU), their namespaces, veths
+	# and bridge rbdo0. Its build cache (/var/cache/rbdfence-test) is set-up
+	# and stays.
+	RBDFENCE_ONED_DIR=$ROOT/oned bash test/oned/frontend.sh down >/dev/null ||
+		echo "machine.sh: test/oned/frontend.sh down failed" >&2
+	RBDFENCE_ONED_DIR=$ROOT/oned bash test/oned/hosts.sh down >/dev/null ||
+		echo "machine.sh: test/oned/hosts.sh down failed" >&2
 	if [ -d "$ROOT" ]; then
 		for d in "$ROOT"/ceph*; do
 			[ -d "$d" ] || continue

@@ -37,8 +37,9 @@
 // names upper-cased, the only escape \"); in merge mode every attribute
 // name present in the update first erases all attributes of that name
 // (Template::merge), so repeated vector attributes are replaced as a set.
-// Parse errors fail with INTERNAL "[one.vm.update] Cannot update template.
-// Parse error: ...". Short pool documents (one.vmpool.info) carry DISKs
+// Parse errors fail with ACTION "[one.vm.update] Parse error: ..." (oned's
+// own text after that prefix is bison's; TestStandInMatchesOned in
+// test/oned checks the code and the prefix against the real oned). Short pool documents (one.vmpool.info) carry DISKs
 // without SOURCE or CEPH_* and a reduced user template, like
 // VirtualMachine::to_xml_short.
 //

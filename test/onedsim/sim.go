@@ -524,7 +524,11 @@ func (s *Sim) vmUpdate(name string, p []any) []byte {
 	}
 	nt, err := ParseTemplate(tmpl)
 	if err != nil {
-		return fail(CodeInternal, fmt.Sprintf("[%s] Cannot update template. %v", name, err), id)
+		// ACTION, as oned's one.vm.update answers a template it cannot
+		// parse (src/rm/api/VirtualMachineAPI.cc:281-285 of release-7.4.0,
+		// RequestManagerUpdateTemplate.cc:166-168 of 6.10.5); "Cannot
+		// update template." (INTERNAL) is for other objects (hosts).
+		return fail(CodeAction, fmt.Sprintf("[%s] %v", name, err), id)
 	}
 	s.mu.Lock()
 	if typ == 1 {
@@ -544,7 +548,9 @@ func (s *Sim) vmUpdate(name string, p []any) []byte {
 func (s *Sim) vmPoolInfo(name string, p []any) []byte {
 	who, start, end, state := intParam(p, 0, -2), intParam(p, 1, -1), intParam(p, 2, -1), intParam(p, 3, -1)
 	if who < -4 || state < -2 {
-		return failure(CodeXMLRPCAPI, fmt.Sprintf("[%s] Incorrect filter_flag.", name), -1)
+		// no period (src/rm/api/VirtualMachinePoolAPI.cc:171 of release-7.4.0,
+		// RequestManagerPoolInfoFilter.cc:207 of 6.10.5; TestStandInMatchesOned)
+		return failure(CodeXMLRPCAPI, fmt.Sprintf("[%s] Incorrect filter_flag", name), -1)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

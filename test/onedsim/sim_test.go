@@ -211,11 +211,11 @@ func TestOnedErrors(t *testing.T) {
 		{"update of a missing VM", func(c *goca.Controller) error { return c.VM(7).Update("A=1", parameters.Merge) },
 			goerrs.OneNoExistsError, "[one.vm.update] Error getting virtual machine [7]."},
 		{"update parse error", func(c *goca.Controller) error { return c.VM(42).Update("A = [ B = ", parameters.Merge) },
-			goerrs.OneInternalError, "[one.vm.update] Cannot update template. Parse error: syntax error"},
+			goerrs.OneActionError, "[one.vm.update] Parse error: syntax error"},
 		{"wrong update type", func(c *goca.Controller) error { return c.VM(42).Update("A=1", parameters.UpdateType(2)) },
 			goerrs.OneXMLRPCAPIError, "[one.vm.update] Wrong update type"},
 		{"pool filter out of range", func(c *goca.Controller) error { _, err := c.VMs().Info(-7); return err },
-			goerrs.OneXMLRPCAPIError, "[one.vmpool.info] Incorrect filter_flag."},
+			goerrs.OneXMLRPCAPIError, "[one.vmpool.info] Incorrect filter_flag"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,94 @@
+package oned
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rbdfence/rbdfence/test/testenv"
+)
+
+// FencedEvent waits until the VM's user template (what `onevm show`
+// displays) holds a collision event for address addr and returns it.
+func (s *Stack) FencedEvent(t testenv.T, vm int, addr string) Event {
+	t.Helper()
+	var got Event
+	s.WaitVM(t, vm, "showing the collision event of "+addr, time.Minute, func(v *VM) bool {
+		for _, e := range v.User.Events() {
+			if e.Address == addr {
+				got = e
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// ShowText is `onevm show ID` as an admin reads it.
+func (s *Stack) ShowText(t testenv.T, vm int) string {
+	t.Helper()
+	return s.One(t, "onevm", "show", strconv.Itoa(vm))
+}
+
+// Blocklisted says whether addr is in the suite cluster's blocklist.
+func (s *Stack) Blocklisted(t testenv.T, addr string) bool {
+	t.Helper()
+	_, ok := s.Ceph.BlocklistEntries(t)[addr]
+	return ok
+}
+
+// Watchers are the client addresses that have image open.
+func (s *Stack) Watchers(t testenv.T, image string) []string {
+	t.Helper()
+	out := s.Ceph.Admin(t, "rbd", "status", image, "--format", "json")
+	// {"watchers":[{"address":"10.78.0.11:0/123","client":4242,"cookie":...}]}
+	var addrs []string
+	for _, part := range strings.Split(out, `"address":"`)[1:] {
+		if i := strings.IndexByte(part, '"'); i > 0 {
+			addrs = append(addrs, strings.TrimPrefix(part[:i], "v1:"))
+		}
+	}
+	return addrs
+}
+
+// QEMUClients are the client addresses of VM vm's QEMU on host h for
+// image: the watchers of image whose IP is h's.
+func (s *Stack) QEMUClients(t testenv.T, h Host, image string) []string {
+	t.Helper()
+	var out []string
+	for _, a := range s.Watchers(t, image) {
+		if strings.HasPrefix(a, h.IP+":") {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// DomainState is `virsh domstate one-ID` on h ("" when the domain does not
+// exist there).
+func (s *Stack) DomainState(t testenv.T, h Host, vm int) string {
+	t.Helper()
+	out, err := s.TryHost(h, fmt.Sprintf("virsh -q domstate one-%d 2>/dev/null || true", vm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(out)
+}
+
+// WaitFenced waits until the QEMU of VM vm on host h can no longer write
+// its disk (its Ceph client blocklisted): a write fails.
+func (s *Stack) WaitFenced(t testenv.T, h Host, vm int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if !s.GuestWrite(t, h, vm, 0xee) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the QEMU of VM %d on %s still writes its disk a minute after the fence", vm, h.Name)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}

@@ -1,0 +1,61 @@
+package oned
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestDeployAndLiveMigrate: the real oned 7.4.0 deploys a VM with an RBD disk
+// on a real KVM host (its own libvirtd) through rbdfence's deploy action, the
+// guest writes its disk, and OpenNebula's own live migration (vmm/kvm/migrate:
+// virsh migrate --live ... qemu+ssh://DST/system) moves it to the other host
+// through migrate-rbdfence; the guest still writes there and nothing was
+// fenced.
+func TestDeployAndLiveMigrate(t *testing.T) {
+	t.Parallel()
+	testDeployAndLiveMigrate(t, Start(t, "fe74"))
+}
+
+func testDeployAndLiveMigrate(t *testing.T, s *Stack) {
+	a, b := s.Hosts[0], s.Hosts[1]
+	img := s.NewImage(t, "deploy-migrate", false)
+	vm := s.NewVM(t, VMTemplate("deploy-migrate", img))
+	v := s.Deploy(t, vm, a)
+	if v.Host() != a.Name {
+		t.Fatalf("VM %d runs on %q, want %s", vm, v.Host(), a.Name)
+	}
+	if len(v.Disks) != 1 || !strings.HasPrefix(v.Disks[0].Source, s.Ceph.Pool+"/one-") {
+		t.Fatalf("VM %d disks %+v: want one RBD disk in pool %s", vm, v.Disks, s.Ceph.Pool)
+	}
+	disk := v.Disks[0].Image(vm)
+	if !s.GuestWrite(t, a, vm, 0xa1) {
+		t.Fatalf("the guest of VM %d cannot write its disk on %s", vm, a.Name)
+	}
+	onA := s.QEMUClients(t, a, disk)
+	if len(onA) != 1 {
+		t.Fatalf("VM %d's QEMU on %s: clients %v of %s, want 1", vm, a.Name, onA, disk)
+	}
+	s.One(t, "onevm", "migrate", "--live", strconv.Itoa(vm), b.Name)
+	v = s.WaitVM(t, vm, "RUNNING on "+b.Name, CmdTimeout, func(v *VM) bool { return v.Running() && v.Host() == b.Name })
+	if !s.GuestWrite(t, b, vm, 0xa2) {
+		t.Fatalf("the guest of VM %d cannot write its disk on %s after the live migration", vm, b.Name)
+	}
+	if out := s.OnHost(t, a, "virsh -q list --all --name"); strings.Contains(out, "one-"+strconv.Itoa(vm)) {
+		t.Fatalf("one-%d still defined on %s after the live migration: %q", vm, a.Name, out)
+	}
+	// The handover fenced neither instance (other tests fence their own
+	// zombies meanwhile: only this VM's clients count).
+	onB := s.QEMUClients(t, b, disk)
+	if w := s.Watchers(t, disk); len(onB) != 1 || len(w) != 1 {
+		t.Fatalf("after the live migration %s has watchers %v, want only one, from %s", disk, w, b.Name)
+	}
+	for _, c := range append(onA, onB...) {
+		if s.Blocklisted(t, c) {
+			t.Fatalf("VM %d's client %s was blocklisted across a clean deploy and live migration", vm, c)
+		}
+	}
+	if len(v.User.Events()) != 0 {
+		t.Fatalf("VM %d has collision events after a clean deploy and migration: %+v", vm, v.User.Events())
+	}
+}
