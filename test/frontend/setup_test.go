@@ -199,20 +199,7 @@ exit 0
 // binary reads on the hosts); f.extra is appended to the front-end one.
 func (f *fe) writeConfig() {
 	f.t.Helper()
-	f.write(f.path("host.yaml"), fmt.Sprintf(`ceph:
-  mon_host: %s
-  user: %s
-  keyring: %s
-timeouts:
-  connect: 5s
-  ceph_op: 10s
-  total: 60s
-fence:
-  expire: 2h
-audit_log: %s
-spool_dir: %s
-state_dir: %s
-`, f.ceph.Mon, f.ceph.User, f.ceph.Keyring, f.path("host-audit.log"), f.path("host-spool"), f.path("host-state")), 0o644)
+	f.write(f.path("host.yaml"), f.ceph.HostConfig(f.path("")), 0o644)
 	f.cfgPath = f.path("rbdfence.yaml")
 	action := ""
 	if f.action != "" {

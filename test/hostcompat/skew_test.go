@@ -76,20 +76,7 @@ type cephRig struct {
 func newCephRig(t *testing.T, extra string) *cephRig {
 	t.Helper()
 	r := &cephRig{rig: newRig(t), ceph: testenv.StartCeph(t)}
-	r.hostCfg = r.write("host.yaml", fmt.Sprintf(`ceph:
-  mon_host: %s
-  user: %s
-  keyring: %s
-timeouts:
-  connect: 5s
-  ceph_op: 10s
-  total: 60s
-fence:
-  expire: 2h
-audit_log: %s
-spool_dir: %s
-state_dir: %s
-`, r.ceph.Mon, r.ceph.User, r.ceph.Keyring, r.path("host-audit.log"), r.path("host-spool"), r.path("host-state")), 0o644)
+	r.hostCfg = r.write("host.yaml", r.ceph.HostConfig(r.path("")), 0o644)
 	r.cfg = r.frontendConfig("rbdfence.yaml", "  host_config: "+r.hostCfg+"\n  host_package_binary: \"\"\n", extra)
 	// The remote actions the local actions run on the host (remote_dir).
 	r.write("hostremotes/vmm/kvm/deploy", "#!/bin/sh\ncat > /dev/null\necho \"$@\" >> "+r.path("deploy-ran")+"\necho 5cf0a9e1-0000-4000-8000-000000000042\n", 0o755)

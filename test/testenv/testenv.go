@@ -405,3 +405,23 @@ func (c *Ceph) EnsureImages(t T, names []string, size string) []string {
 	}
 	return specs
 }
+
+// HostConfig is the config of a host step on this cluster as the tests
+// write it: short timeouts, a two-hour blocklist expiry, and its audit log
+// (host-audit.log), spool (host-spool) and state (host-state) in dir.
+func (c *Ceph) HostConfig(dir string) string {
+	return fmt.Sprintf(`ceph:
+  mon_host: %s
+  user: %s
+  keyring: %s
+timeouts:
+  connect: 5s
+  ceph_op: 10s
+  total: 60s
+fence:
+  expire: 2h
+audit_log: %s
+spool_dir: %s
+state_dir: %s
+`, c.Mon, c.User, c.Keyring, filepath.Join(dir, "host-audit.log"), filepath.Join(dir, "host-spool"), filepath.Join(dir, "host-state"))
+}
