@@ -345,6 +345,9 @@ RBDFENCE_BIN=%s %s frontend --apply >/dev/null
 cat >/etc/one/rbdfence.yaml <<EOF
 opennebula:
   remote: ssh
+  # the hosts have rbdfence from install.sh host, no package: the synced
+  # host step runs, never a /usr/bin/rbdfence this machine may have
+  host_package_binary: ""
   endpoint: http://127.0.0.1:%d/RPC2
   auth_file: /root/.one/one_auth
 fence:
