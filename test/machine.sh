@@ -34,6 +34,11 @@ WATCHED=(
 	/etc/one /var/lib/one /var/tmp/one /var/log/one /var/lib/rbdfence
 	/run/rbdfence-test /run/one /usr/local/libexec/rbdfence
 	/var/lib/node_exporter
+	# what rbdfence's packages and install.sh put in place, were a test to
+	# leave it on the machine itself
+	/usr/lib/rbdfence /usr/bin/rbdfence /usr/sbin/rbdfence-onedconf
+	/etc/logrotate.d/rbdfence /usr/share/doc/rbdfence
+	/lib/systemd/system/rbdfence-events.service /lib/systemd/system/rbdfence-events.timer
 )
 PROCS='^(ceph-mon|ceph-mgr|ceph-osd|libvirtd|virtlogd|sshd|qemu-system-.*|zombie|rbdfence.*|oned|onemonitord|one_sched|ruby.*|onehem-server.*)$'
 
