@@ -13,7 +13,10 @@ import (
 // through migrate-rbdfence; the guest still writes there and nothing was
 // fenced.
 func TestDeployAndLiveMigrate(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it runs alone, before the others. Beside the four
+	// parallel tests it failed once on this 2-core machine (oned showed the
+	// VM RUNNING on the destination while virsh there had no one-N yet);
+	// alone it passed every time (Dec 2).
 	testDeployAndLiveMigrate(t, Start(t, "fe74"))
 }
 
