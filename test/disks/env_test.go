@@ -23,6 +23,13 @@ import (
 	"github.com/rbdfence/rbdfence/test/testenv"
 )
 
+// The host steps here run in this process (fencer.Do) on hosts without a
+// libvirtd of their own: libvirt's test driver answers for them, without a
+// daemon ("no such domain"), so that a start on the claim's own host gets
+// the answer it needs (issue 18 item 1) whether or not the machine's
+// libvirtd happens to run.
+func init() { os.Setenv("LIBVIRT_DEFAULT_URI", "test:///default") }
+
 // envOr returns the environment variable k, or def when it is unset.
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {

@@ -2,6 +2,7 @@ package frontend_test
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,6 +72,10 @@ func TestSSHHopFails(t *testing.T) {
 	}
 
 	// one-N runs on the source with no job: the copy off it is fenced.
+	// The destination answers again until this migration begins.
+	if err := os.Remove(cut); err != nil {
+		t.Fatal(err)
+	}
 	libvirttest.Create(t, libvirttest.DomainXML(fmt.Sprintf("one-%d", vm2), lv.DomType, nil))
 	f.migrating(vm2, 1, f.hs.A.Name, unreachable, specs2)
 	r, _ = f.migrateRun(vm2, f.hs.A.Name, unreachable)
