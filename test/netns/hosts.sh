@@ -395,7 +395,11 @@ down() {
 			fi
 		fi
 		for veth in "veth-$ns" "$ns-eth0"; do
-			if link_exists "$veth" && link_ours "$veth"; then q ip link del "$veth"; fi
+			# Deleting the namespace deletes its eth0 and, a moment later,
+			# the peer: a veth gone meanwhile is done, not a failure.
+			if link_exists "$veth" && link_ours "$veth"; then
+				q ip link del "$veth" 2>/dev/null || ! link_exists "$veth" || die "cannot delete link $veth"
+			fi
 		done
 	done
 	if link_exists "$BRIDGE"; then
