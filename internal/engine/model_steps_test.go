@@ -493,9 +493,22 @@ func (w *world) steps(b bound) []step {
 					o.sayf("unreachable: failmigrate failed")
 				} else {
 					who := w.who(on, w.op.seq, engine.SourceFrontend)
-					if outcome == engine.FailedFromSource {
+					switch {
+					case outcome == engine.FailedFromSource:
 						// internal/fencer/running.go jobAnswer: the
 						// source's libvirt on one-42 and its job.
+						who.Domain = w.sourceJobAnswer(src)
+					case mutant("failmigrate-dst-no-job-check"):
+						// As before the fix: the destination's
+						// failmigrate fenced on nobody's word.
+						who.Domain = engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobNone, JobSaid: "Job type: None"}
+					case w.hosts[src].cut || w.hosts[src].feCut:
+						// internal/frontend/migratestep.go sourceDomain:
+						// the front-end cannot ask the source.
+						who.Domain = engine.Domain{Seen: engine.DomainNoAnswer, Said: "did not answer (ssh to the source failed)"}
+					default:
+						// The front-end's "domain" step on the source
+						// (jobAnswer there), relayed to the destination.
 						who.Domain = w.sourceJobAnswer(src)
 					}
 					_, _ = w.call(o, crash, engine.SourceFrontend, "failmigrate", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
@@ -505,10 +518,10 @@ func (w *world) steps(b bound) []step {
 					// action's own virsh migrate; a job fenced here is an
 					// earlier attempt's (recover --retry of a migration whose
 					// action was abandoned, the retry failing at once while
-					// kvm/migrate's cleanup_host could not reach dst). From
-					// the source it is refused unless libvirt there says
-					// no job runs; on dst (the host came back) it is not
-					// asked yet: model-C.
+					// kvm/migrate's cleanup_host could not reach dst). On
+					// either host it is refused unless libvirt on the
+					// source says no job runs (model-C on dst, the host
+					// came back: mutant failmigrate-dst-no-job-check).
 					class := "model-C"
 					if outcome == engine.FailedFromSource {
 						class = ""
@@ -531,6 +544,10 @@ func (w *world) steps(b bound) []step {
 					if mutant("action-timeout-fences") {
 						src, dst := w.op.src, w.op.host
 						who := w.who(dst, w.op.seq, engine.SourceFrontend)
+						// The action before issue 18 item 2 also ran that
+						// failmigrate without asking the source (which now
+						// would refuse it: the job runs).
+						who.Domain = engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobNone, JobSaid: "Job type: None"}
 						_, _ = w.call(o, -1, engine.SourceFrontend, "failmigrate", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
 							return e.CloseWindow(ctx, who, w.imgsOf(c), mHosts[src], mHosts[dst], []netip.Addr{mIP(dst)}, engine.Failed)
 						})

@@ -349,3 +349,11 @@ func containsAddr(as []engine.Addr, a engine.Addr) bool {
 	}
 	return false
 }
+
+// noJobOnSource is w as the front-end sends a failmigrate after the
+// source's libvirt said one-N runs there with no job: the only answer on
+// which a failmigrate fences (engine.MigrationUnknownError otherwise).
+func noJobOnSource(w engine.Who) engine.Who {
+	w.Domain = engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobNone, JobSaid: "Job type: None"}
+	return w
+}
