@@ -291,7 +291,7 @@ func lifecycleMigration(t *testing.T, h Harness) {
 		}
 		// That migration is aborted; failmigrate closes its window. The
 		// front-end opens a second one.
-		if _, err := e.CloseWindow(ctx, who(vm, "dst", 6, engine.SourceFrontend, dstIPs), []engine.Image{img}, "src", "dst", dstIPs, engine.Failed); err != nil {
+		if _, err := e.CloseWindow(ctx, noJobOnSource(who(vm, "dst", 6, engine.SourceFrontend, dstIPs)), []engine.Image{img}, "src", "dst", dstIPs, engine.Failed); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.OpenWindow(ctx, who(vm, "src", 7, engine.SourceFrontend, srcIPs), "src", "dst", 10*time.Minute); err != nil {
