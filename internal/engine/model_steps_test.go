@@ -76,6 +76,10 @@ type stepOut struct {
 	// the migration job still ran; midMigrationClass attributes it.
 	fencedMidMigration bool
 	midMigrationClass  string
+	// hostFenceMissed: fence-host ended without an error while an
+	// instance of the VM on the failed host was not fenced (oned's HA
+	// hook reschedules the VM on that word).
+	hostFenceMissed []string
 }
 
 func (o *stepOut) sayf(format string, a ...any) { o.say = append(o.say, fmt.Sprintf(format, a...)) }
@@ -256,7 +260,8 @@ func (w *world) migrateReverted(o *stepOut) {
 // the VM's images, shareable ones included), then the reschedule on the
 // next host (a new HISTORY record; the recreate's cleanup cannot reach the
 // failed host). The mutant fence-host-widens-scope adds the IPs of the
-// addresses the claim records, as fence-host did before issue 18 item 3.
+// addresses the claim records, as fence-host did before issue 18 item 3;
+// fence-host-no-placement reads the claim by the VM's STIME alone.
 func (w *world) fenceHostAndReschedule(o *stepOut) {
 	c := w.cur()
 	h := c.host
@@ -267,6 +272,14 @@ func (w *world) fenceHostAndReschedule(o *stepOut) {
 				ips = append(ips, a.IP)
 			}
 		}
+	}
+	if mutant("fence-host-no-placement") {
+		// As before d67a2a6: the VM's STIME alone, not oned's placement
+		// of it on the failed host; a claim an older version wrote (no
+		// STIME) is then not read as this VM's.
+		defer engine.SetHostVMWhoForModel(func(v engine.HostVM, hf engine.HostFence) engine.Who {
+			return engine.Who{VM: v.VM, Pool: hf.Pool, Stime: v.Stime}
+		})()
 	}
 	e, _ := w.engine(-1, nil)
 	imgs := append(slices.Clone(w.imgsOf(0)), mShared)
@@ -284,6 +297,13 @@ func (w *world) fenceHostAndReschedule(o *stepOut) {
 		}
 	}
 	o.sayf("fence-host %s fenced %s", mHosts[h], strings.Join(fenced, ", "))
+	if res.Err() == nil {
+		for i, in := range w.insts {
+			if !in.foreign && in.host == h && in.running && !in.gone && !w.blocklisted(in.addr) {
+				o.hostFenceMissed = append(o.hostFenceMissed, fmt.Sprintf("q%d@%s", i+1, mHosts[h]))
+			}
+		}
+	}
 	w.failed[h] = true
 	next := (h + 1) % len(w.hosts)
 	seq := c.seq + 1

@@ -116,6 +116,7 @@ package engine_test
 // `make model` (RBDFENCE_MODEL=large) runs largeBound.
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -410,6 +411,10 @@ func check(w *world, o *stepOut) []violation {
 			}
 		}
 		vs = append(vs, violation{inv: "two-writers", msg: "two non-fenced writers: " + strings.Join(names, " and "), class: class})
+	}
+	if len(o.hostFenceMissed) > 0 {
+		vs = append(vs, violation{inv: "host-fence-missed",
+			msg: "fence-host ended without an error and left the VM's " + strings.Join(o.hostFenceMissed, ", ") + " on the failed host unfenced: oned reschedules the VM beside it"})
 	}
 	if o.fencedMidMigration {
 		vs = append(vs, violation{inv: "fenced-mid-migration", class: o.midMigrationClass,
@@ -714,6 +719,11 @@ func TestModelInvariantsCanFail(t *testing.T) {
 		// not require its answer): the first attempt's incoming copy is
 		// fenced while its job may still complete.
 		{"failmigrate-dst-no-job-check", "fenced-mid-migration", bound{depth: 12, changes: 2, faults: 1, ticks: 0}, nil},
+		// fence-host reads a claim an older version wrote (no STIME) by the
+		// VM's STIME alone, not by oned's placement of it on the failed
+		// host: that claim is not the VM's, the instance it records (its
+		// clients invisible) is not fenced, and fence-host says done.
+		{"fence-host-no-placement", "host-fence-missed", bound{depth: 2, changes: 1, faults: 1}, newWorldLegacy},
 		// Item 10: the restore's start does not say it is a restore: the
 		// sleeping guest is refused as running.
 		{"no-wake", "wake-refused", bound{depth: 3, changes: 2}, nil},
@@ -837,6 +847,30 @@ func newWorldMigratedShared() *world {
 // front-end's migrate action (item 2).
 func newWorldOutlive() *world { return newWorldWith(&features{outlive: true, clusters: 1}) }
 
+// newWorldLegacy is newWorld where VM 42's claim was written by an older
+// version (no STIME), a cut-off host's QEMU may be idle (its clients
+// invisible: only the claim knows them), and a failed host is fenced by
+// fence-host: fence-host reads that claim as the VM's by oned's
+// placement of the VM on the failed host (engine.HostVM.who), so that the
+// instance it records is fenced before the reschedule.
+func newWorldLegacy() *world {
+	w := newWorldWith(&features{fenceHost: true, idleCut: true, legacy: true, clusters: 1})
+	oid := engine.ClaimObject(mVM)
+	var c map[string]any
+	if err := json.Unmarshal(w.f.Object(mPool, oid), &c); err != nil {
+		panic(err)
+	}
+	delete(c, "stime")
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(err)
+	}
+	if err := w.f.WriteObject(ctx, mPool, oid, b, w.f.ObjectVersion(mPool, oid)); err != nil {
+		panic(err)
+	}
+	return w
+}
+
 // newWorldNoSSH is newWorld where a host can be cut off from the
 // front-end only (its Ceph clients and the migration stream go on): the
 // failmigrate of a retried migration then runs on the source.
@@ -861,6 +895,7 @@ func TestModelWorlds(t *testing.T) {
 		{"migration-outlives-action", newWorldOutlive, bound{depth: 10, changes: 1, faults: 1, ticks: 1}},
 		{"retry-no-ssh-to-dst", newWorldNoSSH, bound{depth: 11, changes: 2, faults: 1, ticks: 0}},
 		{"host-failure", newWorldMigratedShared, bound{depth: 9, changes: 2, faults: 1, ticks: 1}},
+		{"legacy-claim-host-failure", newWorldLegacy, bound{depth: 6, changes: 1, faults: 1, ticks: 1}},
 		{"two-clusters", newWorldClusters, bound{depth: 9, changes: 2, faults: 1, ticks: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
