@@ -221,6 +221,9 @@ type Who struct {
 	// Domain is what libvirt said about the VM's domain on Host: the host
 	// step asks it for the front-end's start. The hook's own start leaves
 	// it unasked: libvirt is starting the domain, so it does not run there.
+	// For a failmigrate (Failed, FailedFromSource) it is what libvirt on
+	// the migration's source said, with the domain's job: a failmigrate
+	// fences only when the VM runs there and no job of it does.
 	Domain Domain
 	// Restore: the start is OpenNebula's restore (`onevm resume` of a
 	// SUSPENDED VM), which only wakes a guest that suspended itself to RAM.
@@ -243,17 +246,16 @@ type Placement struct {
 
 // Domain is libvirt's answer about the VM's domain (one-<VM>) on a host.
 type Domain struct {
-	Seen DomainSeen
+	Seen DomainSeen `json:"seen"`
 	// Said is libvirt's words: the state virsh printed, or why there was
 	// no answer.
-	Said string
+	Said string `json:"said,omitempty"`
 	// Job is what libvirt said about the domain's job (virsh domjobinfo),
-	// asked only for a failmigrate on the source (FailedFromSource):
-	// whether the migration that failmigrate would fence the destination
-	// of may still run.
-	Job JobSeen
+	// asked only for a failmigrate, on the source: whether the migration
+	// that failmigrate would fence the destination of may still run.
+	Job JobSeen `json:"job"`
 	// JobSaid is libvirt's words about the job.
-	JobSaid string
+	JobSaid string `json:"job_said,omitempty"`
 }
 
 // JobSeen is what libvirt said about a domain's job: only JobNone is

@@ -318,7 +318,32 @@ func TestMigration(t *testing.T) {
 	dstIPs := []netip.Addr{netip.MustParseAddr("10.0.0.2")}
 
 	t.Run("failmigrate fences dst keeps src", func(t *testing.T) {
-		res, err := e.CloseWindow(ctx, who("src", 1, engine.SourceFrontend), []engine.Image{im}, "src", "dst", dstIPs, engine.Failed)
+		// On the destination too only the source's libvirt saying one-42
+		// runs there with no job (relayed by the front-end) is knowledge
+		// that no migration job may still complete onto dst (model-C).
+		before, _, err := e.ClaimOf(ctx, who("src", 1, engine.SourceFrontend))
+		if err != nil || before == nil {
+			t.Fatalf("claim before failmigrate: %+v %v", before, err)
+		}
+		for _, tc := range sourceRefusals {
+			w := who("src", 1, engine.SourceFrontend)
+			w.Domain = tc.d
+			_, err := e.CloseWindow(ctx, w, []engine.Image{im}, "src", "dst", dstIPs, engine.Failed)
+			var mu *engine.MigrationUnknownError
+			if !errors.As(err, &mu) || !strings.Contains(err.Error(), tc.said) || !strings.Contains(err.Error(), "nothing was fenced") {
+				t.Fatalf("%s: want a MigrationUnknownError saying %q, got %v", tc.name, tc.said, err)
+			}
+			if _, ok := f.Blocklisted(dstC); ok {
+				t.Fatalf("%s: the destination's copy was fenced", tc.name)
+			}
+			after, _, _ := e.ClaimOf(ctx, w)
+			if after == nil || after.Window == nil || !after.Updated.Equal(before.Updated) {
+				t.Fatalf("%s: the claim changed: %+v, was %+v", tc.name, after, before)
+			}
+		}
+		w := who("src", 1, engine.SourceFrontend)
+		w.Domain = engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobNone, JobSaid: "Job type: None"}
+		res, err := e.CloseWindow(ctx, w, []engine.Image{im}, "src", "dst", dstIPs, engine.Failed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -342,19 +367,7 @@ func TestMigration(t *testing.T) {
 		if err != nil || before == nil {
 			t.Fatalf("claim before failmigrate: %+v %v", before, err)
 		}
-		for _, tc := range []struct {
-			name string
-			d    engine.Domain
-			said string
-		}{
-			{"not asked", engine.Domain{}, "libvirt on src was not asked"},
-			{"no answer", engine.Domain{Seen: engine.DomainNoAnswer, Said: "did not answer (virsh domstate one-42: no answer within 10s)"}, "libvirt on src did not answer (virsh domstate"},
-			{"domain gone", engine.Domain{Seen: engine.DomainAbsent, Said: "has no such domain"}, "the migration may have completed"},
-			{"shut off", engine.Domain{Seen: engine.DomainAbsent, Said: "shut off"}, "not running there (shut off)"},
-			{"job runs", engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobRunning, JobSaid: "Job type: Unbounded, Operation: Outgoing migration"}, "a job of the domain runs (Job type: Unbounded"},
-			{"job not answered", engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobNoAnswer, JobSaid: "virsh domjobinfo: exit status 1"}, "did not answer about the domain's job"},
-			{"job not asked", engine.Domain{Seen: engine.DomainActive, Said: "running"}, "was not asked about the domain's job"},
-		} {
+		for _, tc := range sourceRefusals {
 			w := who("src", 1, engine.SourceFrontend)
 			w.Domain = tc.d
 			_, err := e.CloseWindow(ctx, w, []engine.Image{im}, "src", "dst", srcIPs, engine.FailedFromSource)
@@ -725,4 +738,20 @@ func TestRecordKeepsLegacyAddrs(t *testing.T) {
 	if !slices.Equal(cl.Images[engine.LegacyImage], []engine.Addr{gone}) || !slices.Equal(cl.Images["one/a"], []engine.Addr{mine}) || len(cl.Addrs) != 2 || slices.Contains(cl.Addrs, other) {
 		t.Fatalf("claim after record: images %v addrs %v; want legacy [%v], one/a [%v], not %v", cl.Images, cl.Addrs, gone, mine, other)
 	}
+}
+
+// sourceRefusals are the answers of the source's libvirt on which a
+// failmigrate, on either host, fences nothing (MigrationUnknownError).
+var sourceRefusals = []struct {
+	name string
+	d    engine.Domain
+	said string
+}{
+	{"not asked", engine.Domain{}, "libvirt on src was not asked"},
+	{"no answer", engine.Domain{Seen: engine.DomainNoAnswer, Said: "did not answer (virsh domstate one-42: no answer within 10s)"}, "libvirt on src did not answer (virsh domstate"},
+	{"domain gone", engine.Domain{Seen: engine.DomainAbsent, Said: "has no such domain"}, "the migration may have completed"},
+	{"shut off", engine.Domain{Seen: engine.DomainAbsent, Said: "shut off"}, "not running there (shut off)"},
+	{"job runs", engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobRunning, JobSaid: "Job type: Unbounded, Operation: Outgoing migration"}, "a job of the domain runs (Job type: Unbounded"},
+	{"job not answered", engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobNoAnswer, JobSaid: "virsh domjobinfo: exit status 1"}, "did not answer about the domain's job"},
+	{"job not asked", engine.Domain{Seen: engine.DomainActive, Said: "running"}, "was not asked about the domain's job"},
 }

@@ -96,12 +96,12 @@ func (e *DomainUnknownError) Error() string {
 		e.VM, e.Domain, e.Host, e.Said, e.Host, e.Domain)
 }
 
-// MigrationUnknownError: a failmigrate run on the source (the destination
-// cannot be reached) while the source's libvirt did not say that the VM's
-// domain runs there with no job: the migration it closes, or an earlier
-// attempt's, may still run or have completed onto the destination, whose
-// copy would then be the only one. Nothing is fenced; the claim and its
-// window stay.
+// MigrationUnknownError: a failmigrate (on the destination, or on the
+// source when the destination cannot be reached) while the source's
+// libvirt did not say that the VM's domain runs there with no job: the
+// migration it closes, or an earlier attempt's, may still run or have
+// completed onto the destination, whose copy would then be the only one.
+// Nothing is fenced; the claim and its window stay.
 type MigrationUnknownError struct {
 	VM       int
 	Src, Dst string

@@ -35,6 +35,10 @@ func (v HostVM) who(hf HostFence) Who {
 	return Who{VM: v.VM, Pool: hf.Pool, Stime: v.Stime, History: []Placement{{Seq: v.Seq, Host: hf.Host}}}
 }
 
+// hostVMWho is HostVM.who as FenceHost calls it: a variable only so that
+// the model's mutant fence-host-no-placement can revert it.
+var hostVMWho = HostVM.who
+
 // HostFence asks to fence the Ceph clients of a failed host's VMs in one
 // cluster.
 type HostFence struct {
@@ -171,7 +175,7 @@ func (e *Engine) FenceHost(ctx context.Context, hf HostFence) *HostFenceResult {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			c, _, err := e.ClaimOf(ctx, v.who(hf))
+			c, _, err := e.ClaimOf(ctx, hostVMWho(v, hf))
 			if err != nil {
 				res.VMs[i].Error = fmt.Sprintf("cannot read its claim: %v", err)
 				return
@@ -385,7 +389,7 @@ func exclusiveOnly(r *Report, notExclusive map[string]bool) *Report {
 // meanwhile (a start elsewhere won the race) is left alone: its host is
 // returned.
 func (e *Engine) writeFenced(ctx context.Context, hf HostFence, v HostVM, r *Report) (*Claim, string, error) {
-	w := v.who(hf)
+	w := hostVMWho(v, hf)
 	w.Seq, w.Host, w.Source, w.Run = v.Seq, hf.Host, SourceHostFence, hf.Run
 	var fenced []Seen
 	for _, im := range r.Images {

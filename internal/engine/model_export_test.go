@@ -10,3 +10,12 @@ func SetClockForModel(e *Engine, now func() time.Time) { e.now = now }
 // model's mutants break one rule of it to show the model finds the
 // violation).
 func SetTransitionForModel(e *Engine, f func(prev *Claim, ev Event) Ready) { e.transition = f }
+
+// SetHostVMWhoForModel makes FenceHost identify its VMs with f instead of
+// HostVM.who until the returned function is called (the model's mutant
+// fence-host-no-placement).
+func SetHostVMWhoForModel(f func(HostVM, HostFence) Who) (undo func()) {
+	old := hostVMWho
+	hostVMWho = f
+	return func() { hostVMWho = old }
+}

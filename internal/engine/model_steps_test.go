@@ -76,6 +76,10 @@ type stepOut struct {
 	// the migration job still ran; midMigrationClass attributes it.
 	fencedMidMigration bool
 	midMigrationClass  string
+	// hostFenceMissed: fence-host ended without an error while an
+	// instance of the VM on the failed host was not fenced (oned's HA
+	// hook reschedules the VM on that word).
+	hostFenceMissed []string
 }
 
 func (o *stepOut) sayf(format string, a ...any) { o.say = append(o.say, fmt.Sprintf(format, a...)) }
@@ -256,7 +260,8 @@ func (w *world) migrateReverted(o *stepOut) {
 // the VM's images, shareable ones included), then the reschedule on the
 // next host (a new HISTORY record; the recreate's cleanup cannot reach the
 // failed host). The mutant fence-host-widens-scope adds the IPs of the
-// addresses the claim records, as fence-host did before issue 18 item 3.
+// addresses the claim records, as fence-host did before issue 18 item 3;
+// fence-host-no-placement reads the claim by the VM's STIME alone.
 func (w *world) fenceHostAndReschedule(o *stepOut) {
 	c := w.cur()
 	h := c.host
@@ -267,6 +272,14 @@ func (w *world) fenceHostAndReschedule(o *stepOut) {
 				ips = append(ips, a.IP)
 			}
 		}
+	}
+	if mutant("fence-host-no-placement") {
+		// As before d67a2a6: the VM's STIME alone, not oned's placement
+		// of it on the failed host; a claim an older version wrote (no
+		// STIME) is then not read as this VM's.
+		defer engine.SetHostVMWhoForModel(func(v engine.HostVM, hf engine.HostFence) engine.Who {
+			return engine.Who{VM: v.VM, Pool: hf.Pool, Stime: v.Stime}
+		})()
 	}
 	e, _ := w.engine(-1, nil)
 	imgs := append(slices.Clone(w.imgsOf(0)), mShared)
@@ -284,6 +297,13 @@ func (w *world) fenceHostAndReschedule(o *stepOut) {
 		}
 	}
 	o.sayf("fence-host %s fenced %s", mHosts[h], strings.Join(fenced, ", "))
+	if res.Err() == nil {
+		for i, in := range w.insts {
+			if !in.foreign && in.host == h && in.running && !in.gone && !w.blocklisted(in.addr) {
+				o.hostFenceMissed = append(o.hostFenceMissed, fmt.Sprintf("q%d@%s", i+1, mHosts[h]))
+			}
+		}
+	}
 	w.failed[h] = true
 	next := (h + 1) % len(w.hosts)
 	seq := c.seq + 1
@@ -493,9 +513,22 @@ func (w *world) steps(b bound) []step {
 					o.sayf("unreachable: failmigrate failed")
 				} else {
 					who := w.who(on, w.op.seq, engine.SourceFrontend)
-					if outcome == engine.FailedFromSource {
+					switch {
+					case outcome == engine.FailedFromSource:
 						// internal/fencer/running.go jobAnswer: the
 						// source's libvirt on one-42 and its job.
+						who.Domain = w.sourceJobAnswer(src)
+					case mutant("failmigrate-dst-no-job-check"):
+						// As before the fix: the destination's
+						// failmigrate fenced on nobody's word.
+						who.Domain = engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobNone, JobSaid: "Job type: None"}
+					case w.hosts[src].cut || w.hosts[src].feCut:
+						// internal/frontend/migratestep.go sourceDomain:
+						// the front-end cannot ask the source.
+						who.Domain = engine.Domain{Seen: engine.DomainNoAnswer, Said: "did not answer (ssh to the source failed)"}
+					default:
+						// The front-end's "domain" step on the source
+						// (jobAnswer there), relayed to the destination.
 						who.Domain = w.sourceJobAnswer(src)
 					}
 					_, _ = w.call(o, crash, engine.SourceFrontend, "failmigrate", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
@@ -505,10 +538,10 @@ func (w *world) steps(b bound) []step {
 					// action's own virsh migrate; a job fenced here is an
 					// earlier attempt's (recover --retry of a migration whose
 					// action was abandoned, the retry failing at once while
-					// kvm/migrate's cleanup_host could not reach dst). From
-					// the source it is refused unless libvirt there says
-					// no job runs; on dst (the host came back) it is not
-					// asked yet: model-C.
+					// kvm/migrate's cleanup_host could not reach dst). On
+					// either host it is refused unless libvirt on the
+					// source says no job runs (model-C on dst, the host
+					// came back: mutant failmigrate-dst-no-job-check).
 					class := "model-C"
 					if outcome == engine.FailedFromSource {
 						class = ""
@@ -531,6 +564,10 @@ func (w *world) steps(b bound) []step {
 					if mutant("action-timeout-fences") {
 						src, dst := w.op.src, w.op.host
 						who := w.who(dst, w.op.seq, engine.SourceFrontend)
+						// The action before issue 18 item 2 also ran that
+						// failmigrate without asking the source (which now
+						// would refuse it: the job runs).
+						who.Domain = engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobNone, JobSaid: "Job type: None"}
 						_, _ = w.call(o, -1, engine.SourceFrontend, "failmigrate", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
 							return e.CloseWindow(ctx, who, w.imgsOf(c), mHosts[src], mHosts[dst], []netip.Addr{mIP(dst)}, engine.Failed)
 						})

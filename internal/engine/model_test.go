@@ -96,11 +96,14 @@ package engine_test
 // deploys (Window.Same compares the premigrate run, not the deploy).
 // The migration that outlives its action (item 2) then found model-C
 // (knownViolations): a retried migration's failmigrate fences the first
-// attempt's job; from the source it now fences only on the source
-// libvirt's "running, no job" (world retry-no-ssh-to-dst, mutant
-// failmigrate-no-job-check), on the destination it still does (model-C
-// stays listed). knownViolations is where a race found but not fixed yet
-// is listed. The test FAILS when it finds a violation that
+// attempt's job (issue 18 item 2, the retry: `onevm recover --retry` of a
+// migration whose action oned abandoned, LifeCycleActions.cc:1796-1797 of
+// release-7.4.0; its virsh migrate fails at once). A failmigrate now
+// fences only on the source libvirt's "running, no job": from the source
+// as its own answer (world retry-no-ssh-to-dst, mutant
+// failmigrate-no-job-check), on the destination as the front-end relays it
+// (mutant failmigrate-dst-no-job-check). knownViolations is where a race
+// found but not fixed yet is listed. The test FAILS when it finds a violation that
 // is not listed (or that it cannot attribute), and ALSO when a listed
 // violation is no longer found: when a fix lands, its entry must be deleted
 // (the list must end up empty), and a fix that does not close its scenario
@@ -113,6 +116,7 @@ package engine_test
 // `make model` (RBDFENCE_MODEL=large) runs largeBound.
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -127,22 +131,7 @@ import (
 
 // knownViolations are the races the model finds that are not fixed yet.
 // Delete an entry when its fix is merged.
-var knownViolations = map[string]string{
-	// Issue 18 item 2, the retry: a live migration's action is abandoned
-	// (oned restarts) while virsh migrate goes on; `onevm recover --retry`
-	// runs the migrate action again (LifeCycleActions.cc:1796-1797 of
-	// release-7.4.0); its virsh migrate fails at once and kvm/migrate's
-	// cleanup_host cannot reach the destination. The failmigrate from the
-	// source (dst cut off from the front-end only) now fences only once
-	// libvirt there says one-N runs with no job (mutant
-	// failmigrate-no-job-check). Left: the destination comes back before
-	// the failmigrate, which then runs there (engine.Failed) and fences
-	// the first attempt's incoming copy while its job runs. The fix to
-	// come: that failmigrate too fences only once the source's libvirt
-	// says no migration job of one-N runs (the migrate action asks the
-	// source first: internal/frontend/migratestep.go).
-	"model-C": "failmigrate on the destination after a retried migration's known failure fences the first attempt's running job (not fixed yet: internal/frontend/migratestep.go, the Failed path)",
-}
+var knownViolations = map[string]string{}
 
 type bound struct {
 	depth   int // steps per trace
@@ -422,6 +411,10 @@ func check(w *world, o *stepOut) []violation {
 			}
 		}
 		vs = append(vs, violation{inv: "two-writers", msg: "two non-fenced writers: " + strings.Join(names, " and "), class: class})
+	}
+	if len(o.hostFenceMissed) > 0 {
+		vs = append(vs, violation{inv: "host-fence-missed",
+			msg: "fence-host ended without an error and left the VM's " + strings.Join(o.hostFenceMissed, ", ") + " on the failed host unfenced: oned reschedules the VM beside it"})
 	}
 	if o.fencedMidMigration {
 		vs = append(vs, violation{inv: "fenced-mid-migration", class: o.midMigrationClass,
@@ -719,8 +712,18 @@ func TestModelInvariantsCanFail(t *testing.T) {
 		// every client off it without asking libvirt there whether a
 		// migration job of one-42 still runs: an abandoned attempt's job
 		// may complete onto the fenced destination.
-		// (Class "": not the listed model-C, which runs on the destination.)
+		// (Class "": not model-C, which runs on the destination.)
 		{"failmigrate-no-job-check", "fenced-mid-migration", bound{depth: 11, changes: 2, faults: 1, ticks: 0}, newWorldNoSSH},
+		// The same retry on the destination (model-C): the front-end does
+		// not ask the source for the job (or the destination's step does
+		// not require its answer): the first attempt's incoming copy is
+		// fenced while its job may still complete.
+		{"failmigrate-dst-no-job-check", "fenced-mid-migration", bound{depth: 12, changes: 2, faults: 1, ticks: 0}, nil},
+		// fence-host reads a claim an older version wrote (no STIME) by the
+		// VM's STIME alone, not by oned's placement of it on the failed
+		// host: that claim is not the VM's, the instance it records (its
+		// clients invisible) is not fenced, and fence-host says done.
+		{"fence-host-no-placement", "host-fence-missed", bound{depth: 2, changes: 1, faults: 1}, newWorldLegacy},
 		// Item 10: the restore's start does not say it is a restore: the
 		// sleeping guest is refused as running.
 		{"no-wake", "wake-refused", bound{depth: 3, changes: 2}, nil},
@@ -755,7 +758,7 @@ func TestModelInvariantsCanFail(t *testing.T) {
 
 // mutantClass is the class a mutant's violation must have, where a known
 // violation (knownViolations) fires the same invariant without the mutant.
-var mutantClass = map[string]string{"failmigrate-no-job-check": ""}
+var mutantClass = map[string]string{"failmigrate-no-job-check": "", "failmigrate-dst-no-job-check": "model-C"}
 
 // newWorldRecreated is newWorld after `onevm recover --recreate` onto h2
 // (the old domain destroyed): its prestart is next.
@@ -844,6 +847,30 @@ func newWorldMigratedShared() *world {
 // front-end's migrate action (item 2).
 func newWorldOutlive() *world { return newWorldWith(&features{outlive: true, clusters: 1}) }
 
+// newWorldLegacy is newWorld where VM 42's claim was written by an older
+// version (no STIME), a cut-off host's QEMU may be idle (its clients
+// invisible: only the claim knows them), and a failed host is fenced by
+// fence-host: fence-host reads that claim as the VM's by oned's
+// placement of the VM on the failed host (engine.HostVM.who), so that the
+// instance it records is fenced before the reschedule.
+func newWorldLegacy() *world {
+	w := newWorldWith(&features{fenceHost: true, idleCut: true, legacy: true, clusters: 1})
+	oid := engine.ClaimObject(mVM)
+	var c map[string]any
+	if err := json.Unmarshal(w.f.Object(mPool, oid), &c); err != nil {
+		panic(err)
+	}
+	delete(c, "stime")
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(err)
+	}
+	if err := w.f.WriteObject(ctx, mPool, oid, b, w.f.ObjectVersion(mPool, oid)); err != nil {
+		panic(err)
+	}
+	return w
+}
+
 // newWorldNoSSH is newWorld where a host can be cut off from the
 // front-end only (its Ceph clients and the migration stream go on): the
 // failmigrate of a retried migration then runs on the source.
@@ -868,6 +895,7 @@ func TestModelWorlds(t *testing.T) {
 		{"migration-outlives-action", newWorldOutlive, bound{depth: 10, changes: 1, faults: 1, ticks: 1}},
 		{"retry-no-ssh-to-dst", newWorldNoSSH, bound{depth: 11, changes: 2, faults: 1, ticks: 0}},
 		{"host-failure", newWorldMigratedShared, bound{depth: 9, changes: 2, faults: 1, ticks: 1}},
+		{"legacy-claim-host-failure", newWorldLegacy, bound{depth: 6, changes: 1, faults: 1, ticks: 1}},
 		{"two-clusters", newWorldClusters, bound{depth: 9, changes: 2, faults: 1, ticks: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

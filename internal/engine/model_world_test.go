@@ -83,6 +83,10 @@ type features struct {
 	// hookOnly: the root's claim was written by the hook alone (the VM
 	// started while only the hooks were installed, or after claim reset).
 	hookOnly bool
+	// legacy: the root's claim was written by an older version (no
+	// STIME): a step that knows the VM's STIME reads it as the VM's only
+	// on evidence (engine.Claim.BelongsTo), else uses the VM's own object.
+	legacy bool
 }
 
 // imgsOf are the VM's disks in cluster c (the attached disk in cluster 0).
@@ -718,6 +722,14 @@ func (w *world) claimIn(c int) *engine.Claim {
 func (w *world) claimOID(c int) string {
 	oid := engine.ClaimObject(mVM)
 	st := w.stimeOf(false)
+	if st != 0 && w.feat.legacy {
+		// The VM's own object, once a step did not take the older
+		// version's claim as the VM's and wrote there.
+		if own := engine.ClaimObjectOf(mVM, st); len(w.fs[c].Object(mPool, own)) > 0 {
+			return own
+		}
+		return oid
+	}
 	if st == 0 || !w.feat.other {
 		return oid // only another installation's claim takes VM 42's object
 	}
@@ -868,7 +880,7 @@ func (w *world) key() string {
 	}
 	oid := w.claimOID(0)
 	b.WriteString(w.claimKey(w.f.Object(mPool, oid)))
-	if w.feat.other {
+	if w.feat.other || w.feat.legacy {
 		for _, o := range []string{engine.ClaimObject(mVM), engine.ClaimObjectOf(mVM, mStime)} {
 			if o != oid {
 				b.WriteString("|" + w.claimKey(w.f.Object(mPool, o)))

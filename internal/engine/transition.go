@@ -517,14 +517,17 @@ func closeWindow(prev *Claim, ev Event) Ready {
 		// claim's instance is newer and must not be fenced.
 		return Ready{Refusal: &NewerDeployError{VM: w.VM, Ours: w.Seq, Recorded: *prev}}
 	}
-	if ev.Outcome == FailedFromSource && !(w.Domain.Seen == DomainActive && w.Domain.Job == JobNone) {
-		// Fencing every client that is not on the source is right only
-		// when the source's libvirt says the VM runs there and no
-		// migration job of it does: a failmigrate of a retried migration
-		// (onevm recover --retry of a migration whose action was
-		// abandoned, LifeCycleActions.cc:1796 of release-7.4.0) runs
-		// while the first attempt's virsh migrate may still complete
-		// onto the destination (model-C).
+	if ev.Outcome != Migrated && !(w.Domain.Seen == DomainActive && w.Domain.Job == JobNone) {
+		// Fencing the destination's copy (Failed, on the destination) or
+		// every client that is not on the source (FailedFromSource) is
+		// right only when the source's libvirt says the VM runs there and
+		// no migration job of it does: a failmigrate of a retried
+		// migration (onevm recover --retry of a migration whose action
+		// was abandoned, LifeCycleActions.cc:1796-1797 of release-7.4.0)
+		// runs while the first attempt's virsh migrate may still complete
+		// onto the destination (model-C). w.Domain is the source's answer
+		// in both: asked by the step itself on the source, relayed by the
+		// front-end to the destination (hoststep.Request.SrcDomain).
 		return Ready{Refusal: &MigrationUnknownError{VM: w.VM, Src: src, Dst: dst, Domain: domainName(w.VM), Said: jobSaid(w.Domain)}}
 	}
 	scope := Scope{HostIPs: ev.Here}

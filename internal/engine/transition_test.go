@@ -127,9 +127,12 @@ func TestTransitionCarries(t *testing.T) {
 		{"postmigrate that does not see the source", withWindow(),
 			engine.Event{Op: engine.OpCloseWindow, Who: tWho("h2", 4, engine.SourceFrontend, "10.0.0.2"), Src: "h1", Dst: "h2", Outcome: engine.Migrated,
 				Here: []netip.Addr{netip.MustParseAddr("10.0.0.2")}, Seen: []engine.Seen{{Image: "one/a", Exclusive: true}}}},
-		{"failmigrate", withWindow(),
-			engine.Event{Op: engine.OpCloseWindow, Who: tWho("h2", 4, engine.SourceFrontend, "10.0.0.2"), Src: "h1", Dst: "h2", Outcome: engine.Failed,
-				Here: []netip.Addr{netip.MustParseAddr("10.0.0.2")}}},
+		{"failmigrate", withWindow(), func() engine.Event {
+			w := tWho("h2", 4, engine.SourceFrontend, "10.0.0.2")
+			w.Domain = engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobNone, JobSaid: "Job type: None"}
+			return engine.Event{Op: engine.OpCloseWindow, Who: w, Src: "h1", Dst: "h2", Outcome: engine.Failed,
+				Here: []netip.Addr{netip.MustParseAddr("10.0.0.2")}}
+		}()},
 		{"a start", withWindow(), engine.Event{Op: engine.OpStart, Who: tWho("h3", 6, engine.SourceFrontend, "10.0.0.3")}},
 		{"the handover's record", withWindow(), func() engine.Event {
 			w := tWho("h2", -1, engine.SourceHook, "10.0.0.2")

@@ -21,11 +21,22 @@ import (
 // UNKNOWN while libvirtd restarts or hangs and QEMU runs on). Every error
 // or timeout, and a step that does not run on the host (opennebula.remote:
 // local), is no answer. Only the host step asks libvirt (the libvirt hook
-// never does: libvirtd waits for it, and starts the domain itself). Other
-// steps are not asked.
+// never does: libvirtd waits for it, and starts the domain itself). A
+// failmigrate on the source asks its libvirt for the domain's job
+// (jobAnswer); one on the destination takes the source's answer the
+// front-end relays (hoststep.Request.SrcDomain). Other steps are not
+// asked.
 func domainAnswer(ctx context.Context, cfg *config.Config, req *hoststep.Request) engine.Domain {
 	if failmigrateFromSource(req) {
 		return jobAnswer(ctx, cfg, req)
+	}
+	if req.Op == hoststep.OpFailmigrate {
+		// On the destination: the source's answer, as the front-end
+		// relays it (its "domain" step there); none: not asked.
+		if req.SrcDomain == nil {
+			return engine.Domain{Seen: engine.DomainUnasked}
+		}
+		return *req.SrcDomain
 	}
 	if req.Op != hoststep.OpStart || req.Source != engine.SourceFrontend {
 		return engine.Domain{}
@@ -59,7 +70,16 @@ func failmigrateFromSource(req *hoststep.Request) bool {
 	return req.Op == hoststep.OpFailmigrate && req.Source == engine.SourceFrontend && req.Host == req.Src && req.Src != req.Dst
 }
 
-// jobAnswer asks libvirt on the source, for a failmigrate from the source,
+// domainStep answers the front-end's "domain" step (hoststep.OpDomain) on
+// a migration's source: jobAnswer, nothing else (no Ceph, no claim).
+func domainStep(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hoststep.Response {
+	d := jobAnswer(ctx, cfg, req)
+	return &hoststep.Response{OK: true, Op: req.Op, Domain: &d}
+}
+
+// jobAnswer asks libvirt on the source, for a failmigrate from the source
+// (and for the front-end's "domain" step there before a failmigrate on
+// the destination),
 // what `one-<VM>` is there and, when it is active, whether a job of it
 // runs (`virsh --readonly domjobinfo`, read-only, each within
 // timeouts.connect): the engine fences the clients off the source only

@@ -89,8 +89,9 @@ func TestDomainAnswer(t *testing.T) {
 // A failmigrate from the source (the destination cannot be reached) asks
 // the source's libvirt for one-N's state and job; only "running (or
 // paused), Job type: None" is the engine's knowledge that no migration of
-// it runs (issue 18 item 2, model-C). Other steps and the failmigrate on
-// the destination are not asked.
+// it runs (issue 18 item 2, model-C). So does the front-end's "domain"
+// step there, whose answer the failmigrate on the destination gets
+// relayed. Other steps are not asked.
 func TestJobAnswer(t *testing.T) {
 	dir := t.TempDir()
 	write := func(state, job string) {
@@ -122,14 +123,33 @@ func TestJobAnswer(t *testing.T) {
 		{"shut off", "echo 'shut off'", idle, *fail, engine.DomainAbsent, engine.JobUnasked, "shut off", ""},
 		{"libvirtd down", "echo 'error: failed to connect to the hypervisor' >&2; exit 1", idle, *fail, engine.DomainNoAnswer, engine.JobUnasked, "failed to connect", ""},
 		{"remote local", "echo running", idle, func() hoststep.Request { r := *fail; r.Local = true; return r }(), engine.DomainNoAnswer, engine.JobUnasked, "opennebula.remote is local", ""},
+		// On the destination libvirt is not asked there: the source's
+		// answer the front-end relays decides, none is "not asked".
 		{"failmigrate on dst", "echo running", idle, func() hoststep.Request { r := *fail; r.Host = "h2"; return r }(), engine.DomainUnasked, engine.JobUnasked, "", ""},
+		{"failmigrate on dst, relayed", "echo 'shut off'", idle, func() hoststep.Request {
+			r := *fail
+			r.Host, r.SrcDomain = "h2", &engine.Domain{Seen: engine.DomainActive, Said: "running on h1", Job: engine.JobRunning, JobSaid: "Job type: Unbounded"}
+			return r
+		}(), engine.DomainActive, engine.JobRunning, "running on h1", "Unbounded"},
+		// The front-end's "domain" step on the source asks as a
+		// failmigrate from the source does.
+		{"domain step", "echo running", migrating, func() hoststep.Request { r := *fail; r.Op = hoststep.OpDomain; return r }(), engine.DomainActive, engine.JobRunning, "running", "Outgoing migration"},
 		{"postmigrate", "echo running", idle, func() hoststep.Request { r := *fail; r.Op = hoststep.OpPostmigrate; return r }(), engine.DomainUnasked, engine.JobUnasked, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			write(tc.state, tc.job)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			got := domainAnswer(ctx, cfg, &tc.req)
+			var got engine.Domain
+			if tc.req.Op == hoststep.OpDomain {
+				resp := Do(ctx, cfg, &tc.req)
+				if !resp.OK || resp.Domain == nil {
+					t.Fatalf("domain step: %+v", resp)
+				}
+				got = *resp.Domain
+			} else {
+				got = domainAnswer(ctx, cfg, &tc.req)
+			}
 			if got.Seen != tc.seen || got.Job != tc.jobSeen || !strings.Contains(got.Said, tc.said) || !strings.Contains(got.JobSaid, tc.jobSay) {
 				t.Fatalf("got %+v, want %v/%v saying %q/%q", got, tc.seen, tc.jobSeen, tc.said, tc.jobSay)
 			}

@@ -24,6 +24,9 @@ import (
 // runs the engine operation under the VM's claim, appends the audit log and
 // returns the structured response (never nil).
 func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hoststep.Response {
+	if req.Op == hoststep.OpDomain {
+		return domainStep(ctx, cfg, req)
+	}
 	resp := &hoststep.Response{Op: req.Op}
 	fail := func(err error) *hoststep.Response {
 		resp.OK, resp.Kind, resp.Error = false, outcome.Of(err), err.Error()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 )
@@ -59,8 +60,12 @@ func TestMigrateVMMPolicy(t *testing.T) {
 		wantCode    int
 		wantPlain   string
 		wantLog     string
-		wantOps     []string // host steps and "migrate-ran", in order
-		dstVersions string   // what the destination reports (default: this build)
+		wantOps     []string           // host steps and "migrate-ran", in order
+		domain      *hoststep.Response // the source's answer to "domain"
+		domainCode  int
+		// wantSrcDomain is in the failmigrate request (the relayed answer).
+		wantSrcDomain string
+		dstVersions   string // what the destination reports (default: this build)
 		// action is timeouts.action; sleep how long the migration takes;
 		// cancel stops the action (oned's SIGTERM) once it runs.
 		action time.Duration
@@ -71,8 +76,16 @@ func TestMigrateVMMPolicy(t *testing.T) {
 		{name: "window refused: not started", pre: fail("premigrate", "refused"), preCode: 4, wantCode: outcome.Refused.Code(),
 			wantPlain: "VM 42: rbdfence premigrate (node1 -> node2) failed: something refused; the migration was not started", wantOps: []string{"versions", "premigrate"}},
 		{name: "source unreachable: not started", preCode: 255, wantCode: outcome.Unavailable.Code(), wantPlain: "ssh to host node1 failed", wantOps: []string{"versions", "premigrate"}},
+		// The source's libvirt answer (its "domain" step) goes to the
+		// destination's failmigrate, which fences on it (or refuses).
 		{name: "migration fails: copy fenced, its code kept", pre: ok("premigrate"), failm: ok("failmigrate"), migrateCode: "7", wantCode: 7,
-			wantOps: []string{"versions", "premigrate", "migrate-ran", "failmigrate"}},
+			domain:  &hoststep.Response{OK: true, Op: "domain", Domain: &engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobNone, JobSaid: "Job type: None"}},
+			wantOps: []string{"versions", "premigrate", "migrate-ran", "domain", "failmigrate"}, wantSrcDomain: `"src_domain":{"seen":2,"said":"running","job":1,"job_said":"Job type: None"}`},
+		{name: "migration fails, source unreachable: no answer relayed", pre: ok("premigrate"), failm: ok("failmigrate"), migrateCode: "7", wantCode: 7, domainCode: 255,
+			wantOps: []string{"versions", "premigrate", "migrate-ran", "domain", "failmigrate"}, wantSrcDomain: `"src_domain":{"seen":4,"said":"could not be asked (ssh to host node1 failed for the domain step`},
+		{name: "migration fails, source's host step too old: no answer relayed", pre: ok("premigrate"), failm: ok("failmigrate"), migrateCode: "7", wantCode: 7,
+			domain:  &hoststep.Response{OK: true, Op: "domain"},
+			wantOps: []string{"versions", "premigrate", "migrate-ran", "domain", "failmigrate"}, wantSrcDomain: `"src_domain":{"seen":4,"said":"could not be asked (the rbdfence host step on node1 is older`},
 		{name: "migration fails, fence fails: said, code kept", pre: ok("premigrate"), failm: fail("failmigrate", "failure"), failmCode: 1, migrateCode: "7", wantCode: 7,
 			wantLog: "ERROR: 42 rbdfence: the migration failed and its copy on node2 may not be fenced: VM 42: rbdfence failmigrate (node1 -> node2) failed: something failure"},
 		{name: "postmigrate fails: migration still succeeded", pre: ok("premigrate"), post: fail("postmigrate", "failure"), wantCode: 0,
@@ -122,6 +135,7 @@ func TestMigrateVMMPolicy(t *testing.T) {
 			s.respond(t, "premigrate", tc.pre, tc.preCode)
 			s.respond(t, "postmigrate", tc.post, 0)
 			s.respond(t, "failmigrate", tc.failm, tc.failmCode)
+			s.respond(t, "domain", tc.domain, tc.domainCode)
 			t.Setenv("MIGRATE_CODE", tc.migrateCode)
 			t.Setenv("MIGRATE_SLEEP", tc.sleep)
 			if tc.action > 0 {
@@ -180,6 +194,17 @@ func TestMigrateVMMPolicy(t *testing.T) {
 			if tc.wantOps != nil || len(ops) > 0 && tc.wantPlain != "" {
 				if fmt.Sprint(ops) != fmt.Sprint(tc.wantOps) {
 					t.Fatalf("steps %v, want %v", ops, tc.wantOps)
+				}
+			}
+			if tc.wantSrcDomain != "" {
+				var failm string
+				for _, l := range strings.Split(s.read("requests"), "\n") {
+					if strings.Contains(l, `"op":"failmigrate"`) {
+						failm = l
+					}
+				}
+				if !strings.Contains(failm, tc.wantSrcDomain) {
+					t.Fatalf("failmigrate request %s, want %s", failm, tc.wantSrcDomain)
 				}
 			}
 			if s.read("migrate-which") == "" {

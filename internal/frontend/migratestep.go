@@ -37,9 +37,10 @@ type migration struct {
 
 // step runs op (premigrate on the source, or the front-end with remote:
 // local; postmigrate and failmigrate on the destination, where the host's
-// own addresses tell its clients apart; failmigrate on the source when the
-// destination cannot be reached), records audit and events, and returns a
-// *Error when the step did not succeed.
+// own addresses tell its clients apart, after the source's libvirt was
+// asked about the VM's job (sourceDomain); failmigrate on the source when
+// the destination cannot be reached), records audit and events, and
+// returns a *Error when the step did not succeed.
 func (e *Env) step(ctx context.Context, m *migration, op string) error {
 	a := m.a
 	host, pl := a.Dst, onHost
@@ -51,6 +52,11 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 	identify(req, m.vm)
 	ctx, cancel := e.stepContext(ctx)
 	defer cancel()
+	if op == hoststep.OpFailmigrate {
+		// The destination fences its copy only on the source's word that
+		// the VM runs there with no job (engine.MigrationUnknownError).
+		req.SrcDomain = e.sourceDomain(ctx, m)
+	}
 	resp, err := e.hostStep(ctx, host, req, pl)
 	if err != nil && op == hoststep.OpFailmigrate && a.Src != a.Dst {
 		// The destination cannot be reached (often the very partition that
@@ -84,6 +90,34 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 		e.summarize(resp, a.VM)
 	}
 	return nil
+}
+
+// sourceDomain asks the migration's source, before a failmigrate on the
+// destination, what libvirt there says about one-<VM> and its job (host
+// step "domain", read-only: virsh domstate and domjobinfo within
+// timeouts.connect). A failmigrate runs after the action's own virsh
+// migrate failed, but a retried migration's (`onevm recover --retry` of a
+// migration whose action oned abandoned, LifeCycleActions.cc:1796-1797 of
+// release-7.4.0) runs while the first attempt's job may still complete
+// onto the destination: only "active, no job" lets the destination fence
+// its copy. The front-end asks, not the destination: it reaches every
+// host over ssh already, the destination may not reach the source, and a
+// step the source's own rbdfence answers needs no libvirt URI, key or
+// credentials on the destination. Every failure is no answer (the
+// destination's step then fences nothing).
+func (e *Env) sourceDomain(ctx context.Context, m *migration) *engine.Domain {
+	a := m.a
+	req := &hoststep.Request{Op: hoststep.OpDomain, VM: a.VM, Seq: m.vm.Seq, Host: a.Src, Src: a.Src, Dst: a.Dst, Run: m.run, Source: engine.SourceFrontend}
+	resp, err := e.hostStep(ctx, a.Src, req, onHost)
+	switch {
+	case err != nil:
+		return &engine.Domain{Seen: engine.DomainNoAnswer, Said: "could not be asked (" + trimVMPrefix(a.VM, err.Error()) + ")"}
+	case !resp.OK:
+		return &engine.Domain{Seen: engine.DomainNoAnswer, Said: "could not be asked (the domain step on " + a.Src + " failed: " + trimVMPrefix(a.VM, resp.Error) + ")"}
+	case resp.Domain == nil:
+		return &engine.Domain{Seen: engine.DomainNoAnswer, Said: "could not be asked (the rbdfence host step on " + a.Src + " is older than the front-end's: " + hoststep.Fix + ")"}
+	}
+	return resp.Domain
 }
 
 // trimVMPrefix drops a leading "VM <vm>: " from msg (host answers and

@@ -55,6 +55,14 @@ const (
 	// OpVersions reports what runs on the host (Versions with its packages
 	// and platform): touches neither Ceph nor a claim. Version 4.
 	OpVersions = "versions"
+	// OpDomain asks libvirt on the host, read-only, what the VM's domain
+	// is there and whether a job of it runs (Response.Domain): the
+	// front-end asks a migration's source before the failmigrate on the
+	// destination, which it relays the answer to (Request.SrcDomain).
+	// Touches neither Ceph nor a claim. A host that does not know it
+	// answers "unknown op": no answer, the failmigrate then fences
+	// nothing.
+	OpDomain = "domain"
 )
 
 // Version is the host-step protocol version this code speaks. 1: the JSON
@@ -152,6 +160,13 @@ type Request struct {
 	// a claim an older version wrote is adopted as the VM's when it holds
 	// one of them. Only the front-end knows it.
 	History []engine.Placement `json:"history,omitempty"`
+	// SrcDomain is, for a failmigrate on the destination, what libvirt on
+	// the migration's source said about the VM's domain and its job (the
+	// front-end's OpDomain step there): the destination fences its copy
+	// only when the VM runs on the source with no job (engine.Who.Domain).
+	// Absent: not asked, nothing is fenced. Hosts that do not know the
+	// field ignore it and fence as before.
+	SrcDomain *engine.Domain `json:"src_domain,omitempty"`
 }
 
 // PeerVersion is the version the request was written in.
@@ -160,7 +175,7 @@ func (r *Request) PeerVersion() int { return versionOf(r.Version) }
 // Validate checks the request's shape.
 func (r *Request) Validate() error {
 	switch r.Op {
-	case OpCheck, OpStart, OpRecord, OpPremigrate, OpPostmigrate, OpFailmigrate, OpAttach, OpIncoming, OpVersions:
+	case OpCheck, OpStart, OpRecord, OpPremigrate, OpPostmigrate, OpFailmigrate, OpAttach, OpIncoming, OpVersions, OpDomain:
 	default:
 		if r.PeerVersion() > Version {
 			return &IncompatibleError{Peer: "front-end", PeerVer: r.PeerVersion(), OurVer: Version, OurSide: "host",
@@ -205,6 +220,9 @@ type Response struct {
 	// Versions is what runs on the answering host (version 4): absent from
 	// older hosts and in the answer to a version 1 request.
 	Versions *Versions `json:"versions,omitempty"`
+	// Domain is the answer to OpDomain: what libvirt here said about the
+	// VM's domain and its job.
+	Domain *engine.Domain `json:"domain,omitempty"`
 }
 
 // MaxSize bounds what either side reads.

@@ -134,6 +134,10 @@ func failedMigration(t *testing.T, f *fe, sysTM string) {
 	src := testenv.StartZombieOn(t, f.ceph, a, specs[0].image, "write")
 	src.WaitWrite(t, true, 30*time.Second)
 	f.migrating(vm, 1, a.Name, b.Name, specs)
+	// After the failed migration libvirt on the source says one-N runs
+	// there with no job (the only answer the destination fences on:
+	// TestFailmigrateOnDestinationAsksSource).
+	f.sourceRunsVM(vm)
 
 	// The "failed" migration left a copy writing on the destination.
 	dst := testenv.StartZombieOn(t, f.ceph, b, specs[0].image, "write")

@@ -23,6 +23,7 @@ func TestOnedDownEventsSpooled(t *testing.T) {
 	a, b := f.hs.A, f.hs.B
 	vm, specs := f.newVM(a.Name, 1, "persistent")
 	f.migrating(vm, 1, a.Name, b.Name, specs)
+	f.sourceRunsVM(vm) // the failmigrates fence on the source's "running, no job"
 	spooled := func() int {
 		m, _ := filepath.Glob(filepath.Join(f.path("spool"), "*.json"))
 		return len(m)

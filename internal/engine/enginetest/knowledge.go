@@ -173,7 +173,7 @@ func lifecycleKnowledge(t *testing.T, h Harness) {
 			t.Fatalf("the claim must say deploy #6 runs on dst (its client %s) and keep src's %s: %+v", dstC, srcC, cl)
 		}
 		// That migration fails; the VM stays on dst (failmigrate on h3).
-		if _, err := e.CloseWindow(ctx, who(vm, "h3", 7, engine.SourceFrontend, ip("192.0.2.3")), []engine.Image{img}, "dst", "h3", ip("192.0.2.3"), engine.Failed); err != nil {
+		if _, err := e.CloseWindow(ctx, noJobOnSource(who(vm, "h3", 7, engine.SourceFrontend, ip("192.0.2.3"))), []engine.Image{img}, "dst", "h3", ip("192.0.2.3"), engine.Failed); err != nil {
 			t.Fatal(err)
 		}
 		if h.CutOff != nil {
