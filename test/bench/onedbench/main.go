@@ -124,12 +124,13 @@ func migrate(t testenv.T, s *oned.Stack, vm int, to oned.Host) {
 
 // waitRunningOn polls one.vm.info every 20 ms (the tests' WaitVM polls
 // twice a second: its step would hide a difference of tens of ms) until the
-// VM is RUNNING on to; a VM that leaves ACTIVE or a failure fails the run.
+// VM is RUNNING on to (MigratedTo: after a deploy as after a migration,
+// the record of to has its RSTIME); a VM that leaves ACTIVE or a failure fails the run.
 func waitRunningOn(t testenv.T, s *oned.Stack, vm int, to oned.Host) {
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		v := s.ShowVM(t, vm)
-		if v.Running() && v.Host() == to.Name {
+		if v.MigratedTo(to.Name) {
 			return
 		}
 		if v.State != oned.StateActive && v.State != oned.StatePending && v.State != oned.StateHold {
