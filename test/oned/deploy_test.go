@@ -40,7 +40,7 @@ func testDeployAndLiveMigrate(t *testing.T, s *Stack) {
 		t.Fatalf("VM %d's QEMU on %s: clients %v of %s, want 1", vm, a.Name, onA, disk)
 	}
 	s.One(t, "onevm", "migrate", "--live", strconv.Itoa(vm), b.Name)
-	v = s.WaitVM(t, vm, "RUNNING on "+b.Name, CmdTimeout, func(v *VM) bool { return v.Running() && v.Host() == b.Name })
+	v = s.WaitVM(t, vm, "RUNNING on "+b.Name, CmdTimeout, func(v *VM) bool { return v.MigratedTo(b.Name) })
 	if !s.GuestWrite(t, b, vm, 0xa2) {
 		t.Fatalf("the guest of VM %d cannot write its disk on %s after the live migration", vm, b.Name)
 	}

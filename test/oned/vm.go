@@ -155,6 +155,20 @@ type History struct {
 	Seq      int    `xml:"SEQ"`
 	Hostname string `xml:"HOSTNAME"`
 	Action   int    `xml:"ACTION"`
+	// RSTime is when the VM began running there (0 before).
+	RSTime int64 `xml:"RSTIME"`
+}
+
+// MigratedTo: the VM is RUNNING on host after a migration to it completed.
+// one.vm.migrate adds the destination's history record and returns before
+// the life-cycle manager moves the VM to MIGRATE (6.10.5:
+// src/rm/RequestManagerVirtualMachine.cc:1409-1427,
+// src/dm/DispatchManagerActions.cc:239; 7.4.0 alike,
+// src/dm/DispatchManagerActions.cc:166): meanwhile one.vm.info shows
+// RUNNING on the destination. The migration's success sets the new
+// record's RSTIME (src/lcm/LifeCycleStates.cc:285-293 in 6.10.5).
+func (v *VM) MigratedTo(host string) bool {
+	return v.Running() && v.Host() == host && v.History[len(v.History)-1].RSTime != 0
 }
 
 // Host is the VM's current host ("" before its first deploy).

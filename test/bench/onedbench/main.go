@@ -15,6 +15,12 @@
 // swap their VM_MADs, so that a difference between the two hosts cancels
 // out. It prints the medians, their difference and rbdfence's share.
 //
+// Not yet working (Dec 2): the hook on the kvmbase host refuses the
+// migration of a VM that rbdfence deployed, as it must ("no migration
+// window is open", exit 4; no migrate-rbdfence announced it), so the first
+// round stops there. The baseline's migrations need hosts without the hook
+// (docs/PERFORMANCE.md).
+//
 //	go run -tags pacific ./test/bench/onedbench -rounds 10
 //
 // Needs root; it builds (cached) and starts the suite's stack and leaves it
@@ -60,6 +66,7 @@ func run(t testenv.T, rounds int) error {
 	with, without := &sample{}, &sample{}
 	rbdHost, plainHost := a, b
 	setHosts(t, s, rbdHost, plainHost)
+	load0 := loadavg()
 	for r := 0; r < rounds; r++ {
 		if r == rounds/2 {
 			rbdHost, plainHost = b, a
@@ -70,7 +77,7 @@ func run(t testenv.T, rounds int) error {
 			into        *sample
 		}{{rbdHost, plainHost, with}, {plainHost, rbdHost, without}} {
 			vm := s.NewVM(t, oned.VMTemplate(fmt.Sprintf("bench-%d", r), img))
-			d := timeIt(func() { s.Deploy(t, vm, f.host) })
+			d := timeIt(func() { deploy(t, s, vm, f.host) })
 			f.into.deploy = append(f.into.deploy, d)
 			// to the other host (its flavour) and back (this one's)
 			m1 := timeIt(func() { migrate(t, s, vm, f.other) })
@@ -87,18 +94,59 @@ func run(t testenv.T, rounds int) error {
 		fmt.Fprintf(os.Stderr, "round %d/%d: deploy %s / %s, migrate %s / %s (with / without)\n", r+1, rounds,
 			last(with.deploy), last(without.deploy), last(with.migrate), last(without.migrate))
 	}
+	fmt.Printf("onedbench %s, %d rounds, OpenNebula %s, VM_MAD %s; load average at the start %s, at the end %s\n",
+		time.Now().UTC().Format("2006-01-02 15:04Z"), rounds, s.Version, s.Hypervisor, load0, loadavg())
 	report("onevm deploy -> RUNNING", with.deploy, without.deploy)
 	report("onevm migrate --live -> RUNNING", with.migrate, without.migrate)
 	return nil
+}
+
+// loadavg is /proc/loadavg's 1, 5 and 15 minute figures.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func timeIt(f func()) time.Duration { t0 := time.Now(); f(); return time.Since(t0) }
 
 func last(d []time.Duration) time.Duration { return d[len(d)-1].Round(time.Millisecond) }
 
+func deploy(t testenv.T, s *oned.Stack, vm int, to oned.Host) {
+	s.One(t, "onevm", "deploy", strconv.Itoa(vm), to.Name, strconv.Itoa(s.SystemDS))
+	waitRunningOn(t, s, vm, to)
+}
+
 func migrate(t testenv.T, s *oned.Stack, vm int, to oned.Host) {
 	s.One(t, "onevm", "migrate", "--live", strconv.Itoa(vm), to.Name)
-	s.WaitVM(t, vm, "RUNNING on "+to.Name, 2*time.Minute, func(v *oned.VM) bool { return v.Running() && v.Host() == to.Name })
+	waitRunningOn(t, s, vm, to)
+}
+
+// waitRunningOn polls one.vm.info every 20 ms (the tests' WaitVM polls
+// twice a second: its step would hide a difference of tens of ms) until the
+// VM is RUNNING on to (MigratedTo: after a deploy as after a migration,
+// the record of to has its RSTIME); a VM that leaves ACTIVE or a failure fails the run.
+func waitRunningOn(t testenv.T, s *oned.Stack, vm int, to oned.Host) {
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		v := s.ShowVM(t, vm)
+		if v.MigratedTo(to.Name) {
+			return
+		}
+		if v.State != oned.StateActive && v.State != oned.StatePending && v.State != oned.StateHold {
+			t.Fatalf("VM %d left ACTIVE on its way to RUNNING on %s: %s\n%s", vm, to.Name, v, s.VMLog(t, vm))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("VM %d is not RUNNING on %s: %s\n%s", vm, to.Name, v, s.VMLog(t, vm))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func median(d []time.Duration) time.Duration {
@@ -110,11 +158,20 @@ func median(d []time.Duration) time.Duration {
 	return (c[len(c)/2-1] + c[len(c)/2]) / 2
 }
 
+// report prints the medians of both flavours, their difference and
+// rbdfence's share of the plain median, and the median of the differences
+// within each round (with and without ran one after the other there, under
+// the same load).
 func report(name string, with, without []time.Duration) {
 	mw, mo := median(with), median(without)
-	fmt.Printf("%-34s with rbdfence %7s  without %7s  difference %+7s  rbdfence's share %+.1f%%  (medians of %d)\n",
+	var pair []time.Duration
+	for i := range with {
+		pair = append(pair, with[i]-without[i])
+	}
+	mp := median(pair)
+	fmt.Printf("%-34s with rbdfence %7s  without %7s  difference %+7s  rbdfence's share %+.1f%%  (medians of %d); median of the rounds' differences %+7s (%+.1f%%)\n",
 		name, mw.Round(time.Millisecond), mo.Round(time.Millisecond), (mw - mo).Round(time.Millisecond),
-		100*float64(mw-mo)/float64(mo), len(with))
+		100*float64(mw-mo)/float64(mo), len(with), mp.Round(time.Millisecond), 100*float64(mp)/float64(mo))
 }
 
 // addPlainVMMAD adds VM_MAD "kvmbase": the kvm VM_MAD's driver line
