@@ -24,6 +24,7 @@ func TestHostFailures(t *testing.T) {
 		fn   func(*testing.T, *Stack)
 	}{
 		{"HostErrorHookFencesAndReschedules", testHostErrorHookFencesAndReschedules},
+		{"ResumeUnknownRunningRefused", testResumeUnknownRunningRefused},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, s) })
 	}
@@ -304,10 +305,16 @@ func testResumeUnknownLibvirtdDownRefused(t *testing.T, s *Stack) {
 	s.WaitVM(t, vm, "UNKNOWN", 2*time.Minute, func(v *VM) bool { return v.State == StateActive && v.LCM == LCMUnknown })
 	seq := len(s.ShowVM(t, vm).History)
 	s.One(t, "onevm", "resume", strconv.Itoa(vm))
-	v := s.WaitVM(t, vm, "UNKNOWN again with libvirt's silence in ERROR", CmdTimeout, func(v *VM) bool {
-		return v.LCM == LCMUnknown && strings.Contains(v.User.Error, "cannot tell whether") && strings.Contains(v.User.Error, "libvirt")
+	// oned keeps the first 100 characters of the driver's message in the
+	// VM's ERROR (src/vm/VirtualMachine.cc:3092-3097, MAX_ERROR_MSG_LENGTH
+	// in include/VirtualMachine.h:1938); the whole line is in the VM log.
+	v := s.WaitVM(t, vm, "UNKNOWN again with the refusal in ERROR", CmdTimeout, func(v *VM) bool {
+		return v.LCM == LCMUnknown && strings.Contains(v.User.Error, "cannot tell whether one-"+strconv.Itoa(vm)+" still runs")
 	})
 	t.Logf("refusal shown by onevm show: %s", v.User.Error)
+	if l := s.VMLog(t, vm); !strings.Contains(l, "libvirt did not answer") || !strings.Contains(l, "retry once libvirt answers") {
+		t.Fatalf("VM %d's log does not give the refusal's reason (libvirt did not answer) and what to do:\n%s", vm, l)
+	}
 	if len(v.History) != seq || v.Host() != a.Name {
 		t.Fatalf("VM %d: the refused resume made HISTORY %d on %s, want the same record (%d) on %s", vm, len(v.History), v.Host(), seq, a.Name)
 	}
