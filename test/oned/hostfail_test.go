@@ -25,6 +25,7 @@ func TestHostFailures(t *testing.T) {
 	}{
 		{"HostErrorHookFencesAndReschedules", testHostErrorHookFencesAndReschedules},
 		{"ResumeUnknownRunningRefused", testResumeUnknownRunningRefused},
+		{"FailClosedThenRecoverRetry", testFailClosedThenRecoverRetry},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, s) })
 	}
