@@ -58,43 +58,6 @@ func (s *Stack) cutHost(t *testing.T, h Host, vm int) {
 	})
 }
 
-// testRecreateFencesCutOffInstance (row "recover --recreate ... on another
-// host"): the VM's host is cut off from the front-end but not from Ceph;
-// `onevm recover --recreate` cannot stop the QEMU there (its cleanup's ssh
-// times out), which goes on writing. The new deploy on the other host fences
-// it: the old QEMU's write fails, the new one's succeeds, and the event
-// names the old client.
-func testRecreateFencesCutOffInstance(t *testing.T, s *Stack) {
-	a, b := s.Victim, s.Hosts[1]
-	img := s.NewImage(t, "recreate", true)
-	// The scheduler places the recreated VM (PENDING again): on b.
-	vm := s.NewVM(t, VMTemplate("recreate", img)+`SCHED_REQUIREMENTS = "NAME = \"`+b.Name+`\""`+"\n")
-	s.Deploy(t, vm, a)
-	old := s.QEMUClients(t, a, img.Source)
-	if len(old) != 1 {
-		t.Fatalf("VM %d's QEMU on %s: clients %v of %s, want 1", vm, a.Name, old, img.Source)
-	}
-	s.cutHost(t, a, vm)
-	if !s.GuestWrite(t, a, vm, 0xd1) {
-		t.Fatalf("the cut-off QEMU of VM %d on %s cannot write before the recreate: the test is wrong", vm, a.Name)
-	}
-	// As an operator meets it: the host ERROR, the VM UNKNOWN. (A recreate
-	// one second after the cut, the VM still RUNNING in oned, stayed in
-	// CLEANUP_RESUBMIT past 4 minutes on 7.4.0: its CLEANUP never ran.)
-	s.WaitHost(t, a.Name, "ERROR")
-	s.WaitVM(t, vm, "UNKNOWN", 2*time.Minute, func(v *VM) bool { return v.State == StateActive && v.LCM == LCMUnknown })
-	s.One(t, "onevm", "recover", "--recreate", strconv.Itoa(vm))
-	s.WaitVM(t, vm, "RUNNING on "+b.Name+" after recreate", 4*time.Minute, func(v *VM) bool { return v.Running() && v.Host() == b.Name })
-	s.WaitFenced(t, a, vm)
-	if !s.Blocklisted(t, old[0]) {
-		t.Fatalf("the old instance's client %s is not blocklisted", old[0])
-	}
-	s.FencedEvent(t, vm, old[0])
-	if !s.GuestWrite(t, b, vm, 0xd2) {
-		t.Fatalf("the new instance of VM %d on %s cannot write", vm, b.Name)
-	}
-}
-
 // testHostErrorHookFencesAndReschedules (row "host failure"): rbdfence's HA
 // hook, created as the README says (onehook create with the host_error.hook
 // that install.sh frontend ships; onehook list shows it), fires when oned
