@@ -42,8 +42,28 @@ missing() {
 	done
 }
 
+# libvirtd's QEMU driver looks up its built-in user and group
+# (libvirt-qemu) before it reads qemu.conf, and does not start without
+# them: Debian's libvirt-daemon-system creates them, but that package also
+# enables the machine's own libvirtd, which the tests do not want. The
+# tests' qemu.conf files run QEMU as root; the account only has to exist.
+qemu_account() {
+	getent group libvirt-qemu >/dev/null || addgroup --quiet --system libvirt-qemu
+	getent passwd libvirt-qemu >/dev/null ||
+		adduser --quiet --system --ingroup libvirt-qemu --home /var/lib/libvirt --no-create-home \
+			--disabled-login --disabled-password --gecos "Libvirt Qemu" libvirt-qemu
+}
+account_missing() { ! getent passwd libvirt-qemu >/dev/null || ! getent group libvirt-qemu >/dev/null; }
+
 mapfile -t MISSING < <(missing)
 if [ "${#MISSING[@]}" -eq 0 ]; then
+	if account_missing; then
+		[ "${1:-}" != "--check" ] && [ "$(id -u)" -eq 0 ] || {
+			echo "deps.sh: missing: the libvirt-qemu user and group (run as root to create them)" >&2
+			exit 1
+		}
+		qemu_account
+	fi
 	echo "deps.sh: all ${#PKGS[@]} packages are installed" >&2
 	exit 0
 fi
@@ -68,6 +88,7 @@ if [ ! -e "$policy" ]; then
 	trap 'rm -f "$policy"' EXIT
 fi
 apt-get install -y --no-install-recommends "${MISSING[@]}"
+qemu_account
 
 mapfile -t MISSING < <(missing)
 if [ "${#MISSING[@]}" -ne 0 ]; then

@@ -248,3 +248,48 @@ func testSuspendResume(t *testing.T, s *Stack) {
 		t.Fatalf("the guest of VM %d cannot write after resume from SUSPENDED", vm)
 	}
 }
+
+// TestUndeployResumeElsewhere (row "resume from UNDEPLOYED" with a stale
+// client): a VM with a persistent disk is undeployed from one host, a
+// client of that disk is left there (a zombie writing), and `onevm resume`
+// (UNDEPLOYED -> PENDING; the scheduler places it, here on the other host
+// by SCHED_REQUIREMENTS) starts it on the other host through
+// deploy-rbdfence: the zombie's next write fails (blocklisted), `onevm show`
+// has its collision event, and the guest writes on the new host.
+func TestUndeployResumeElsewhere(t *testing.T) {
+	t.Parallel()
+	testUndeployResumeElsewhere(t, Start(t, "fe74"))
+}
+
+func testUndeployResumeElsewhere(t *testing.T, s *Stack) {
+	a, b := s.Hosts[0], s.Hosts[1]
+	img := s.NewImage(t, "undeploy", true)
+	vm := s.NewVM(t, VMTemplate("undeploy", img)+`SCHED_REQUIREMENTS = "NAME = \"`+b.Name+`\""`+"\n")
+	s.One(t, "onevm", "deploy", strconv.Itoa(vm), a.Name, strconv.Itoa(s.SystemDS))
+	s.WaitRunning(t, vm)
+	s.One(t, "onevm", "undeploy", "--hard", strconv.Itoa(vm))
+	s.WaitVM(t, vm, "UNDEPLOYED", CmdTimeout, func(v *VM) bool { return v.State == StateUndeploy })
+	if st := s.DomainState(t, a, vm); st != "" {
+		t.Fatalf("one-%d on %s after undeploy: %q, want no domain", vm, a.Name, st)
+	}
+	z := testenv.StartZombieOn(t, s.Ceph, a.Net(), img.Source, "write")
+	z.WaitWrite(t, true, 30*time.Second)
+	s.One(t, "onevm", "resume", strconv.Itoa(vm))
+	v := s.WaitRunning(t, vm)
+	if v.Host() != b.Name {
+		t.Fatalf("VM %d resumed on %s, want %s", vm, v.Host(), b.Name)
+	}
+	if ev := z.WaitWrite(t, false, 30*time.Second); ev.Errno != 108 {
+		t.Fatalf("the stale client's next write after the resume: errno %d, want 108 (blocklisted)", ev.Errno)
+	}
+	if !s.Blocklisted(t, z.Addr) {
+		t.Fatalf("stale client %s is not in the blocklist", z.Addr)
+	}
+	ev := s.FencedEvent(t, vm, z.Addr)
+	if ev.Host != b.Name || ev.Image != img.Source {
+		t.Fatalf("collision event %+v: want host %s, image %s", ev, b.Name, img.Source)
+	}
+	if !s.GuestWrite(t, b, vm, 0xc3) {
+		t.Fatalf("the guest of VM %d cannot write on %s after the resume", vm, b.Name)
+	}
+}
