@@ -127,21 +127,6 @@ ssh_home() {
 	install -m 0600 "$ONED_DIR/ssh/config" "$home/.ssh/config"
 }
 
-# qemu_user: libvirtd's QEMU driver resolves its built-in user, libvirt-qemu,
-# before it reads qemu.conf (user = "root" here) and does not start without
-# it ("Failed to parse user 'libvirt-qemu'" in libvirtd.log). Debian's
-# libvirt-daemon-system makes that system user; test/libvirt/env.sh makes
-# the same one where it is missing, and so does this (set-up: it stays, as
-# test/machine.sh expects). Without it test/oned failed on a machine where
-# no libvirt test had run yet.
-qemu_user() {
-	getent group libvirt-qemu >/dev/null || groupadd --system libvirt-qemu || getent group libvirt-qemu >/dev/null ||
-		die "cannot create the system group libvirt-qemu"
-	getent passwd libvirt-qemu >/dev/null || useradd --system --gid libvirt-qemu --home-dir /var/lib/libvirt \
-		--no-create-home --shell /usr/sbin/nologin --comment "Libvirt Qemu" libvirt-qemu ||
-		getent passwd libvirt-qemu >/dev/null || die "cannot create the system user libvirt-qemu"
-}
-
 setup_bridge() {
 	if link_exists "$BRIDGE"; then
 		link_ours "$BRIDGE" || die "a link named $BRIDGE exists and was not made by $PROG"
@@ -341,7 +326,6 @@ cmd_up() {
 	exec 8>>"$ONED_DIR/.hosts.lock"
 	flock -w 120 8 || die "timed out waiting for $ONED_DIR/.hosts.lock"
 	setup_common
-	qemu_user
 	setup_bridge
 	for h in "$@"; do
 		setup_netns "$h"
