@@ -109,7 +109,7 @@ func Run(ctx context.Context, o Options) []Result {
 	if o.Host {
 		out = append(out, checkHook(o.Root, fx))
 		out = append(out, checkHostSpool(cfg, o.Frontend))
-		out = append(out, checkHostVersions(ctx, o.Root, cfg))
+		out = append(out, checkHostVersions(ctx, o.Root, o.ConfigPath, cfg))
 	}
 	if o.Frontend {
 		out = append(out, checkWrappers(o.Root, fx)...)

@@ -97,15 +97,17 @@ func splitFix(r *Result, msg string) {
 // find it: the package's host step when it is installed here, else the
 // synced one, which must start on this host's userland; it and the hook
 // must read this build's claim format. The step is asked as the front-end
-// asks it (the step "versions" on its stdin).
-func checkHostVersions(ctx context.Context, root string, cfg *config.Config) Result {
+// asks it (the step "versions" on its stdin, with doctor's own config as
+// the front-end passes host_config: the step caches the hook's answer in
+// that config's state_dir, not in the default one).
+func checkHostVersions(ctx context.Context, root, configPath string, cfg *config.Config) Result {
 	r := Result{Check: "host-versions", OK: true}
 	step := cfg.OpenNebula.HostPackageBinary
 	if step == "" || hostversions.Executable(filepath.Join(root, step)) != nil {
 		step = cfg.OpenNebula.HostBinary
 	}
 	platform := hostversions.Platform(ctx, root)
-	v, err := askStep(ctx, filepath.Join(root, step))
+	v, err := askStep(ctx, filepath.Join(root, step), configPath)
 	if err != nil {
 		r.OK = false
 		r.Detail = fmt.Sprintf("the front-end's host steps run %s here, which %v (this host: %s)", step, err, describe(&hoststep.Versions{Platform: platform}))
@@ -149,15 +151,20 @@ func (e *missingError) Error() string { return "is missing" }
 
 func errorsIsMissing(err error) bool { _, ok := err.(*missingError); return ok }
 
-// askStep runs `bin host` with the step "versions" (bounded), as the
-// front-end asks a host; nil Versions: bin is older than the step.
-func askStep(ctx context.Context, bin string) (*hoststep.Versions, error) {
+// askStep runs `bin host [--config configPath]` with the step "versions"
+// (bounded), as the front-end asks a host; nil Versions: bin is older than
+// the step.
+func askStep(ctx context.Context, bin, configPath string) (*hoststep.Versions, error) {
 	if _, err := os.Stat(bin); err != nil {
 		return nil, &missingError{bin}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "host")
+	args := []string{"host"}
+	if configPath != "" && configPath != config.DefaultPath {
+		args = append(args, "--config", configPath)
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdin = strings.NewReader(fmt.Sprintf(`{"version":%d,"op":%q,"vm":0,"host":"localhost","run":"doctor"}`, hoststep.Version, hoststep.OpVersions))
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
