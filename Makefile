@@ -47,7 +47,7 @@ test: deps vet build
 	GO=$(GO) bash test/run.sh
 
 test-clean:
-	f=$$(mktemp /tmp/rbdfence-machine.XXXXXX) && bash test/machine.sh snapshot $$f && bash test/machine.sh teardown $$f; rm -f $$f
+	f=$$(mktemp /tmp/rbdfence-machine.XXXXXX) && bash test/machine.sh snapshot $$f && bash test/machine.sh teardown $$f; rm -f $$f $$f.strays
 
 # fuzz: exploration, FUZZTIME per target (make test runs fixed execution counts).
 fuzz:

@@ -21,14 +21,14 @@ finish() {
 	trap - EXIT INT TERM
 	if [ "${RBDFENCE_TEST_KEEP:-0}" = 1 ]; then
 		echo "run.sh: RBDFENCE_TEST_KEEP=1: test daemons left running under $RBDFENCE_TEST_ROOT (make test-clean stops them)"
-		rm -f "$snap"
+		rm -f "$snap" "$snap.strays"
 		exit "$rc"
 	fi
 	bash test/machine.sh teardown "$snap" || rc=1
 	if ! bash test/machine.sh check "$snap"; then
 		[ "$rc" -ne 0 ] || rc=1
 	fi
-	rm -f "$snap"
+	rm -f "$snap" "$snap.strays"
 	exit "$rc"
 }
 

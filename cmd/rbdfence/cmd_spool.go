@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"os"
 
 	flag "github.com/spf13/pflag"
 
@@ -48,6 +50,11 @@ func runSpool(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 			return fail(outcome.Usage, err)
 		}
 	}
+	if _, err := os.Lstat(cfg.SpoolDir); errors.Is(err, os.ErrNotExist) {
+		// No spool yet (this host never spooled an event): nothing to
+		// list or remove, and an answer creates nothing.
+		return json.NewEncoder(stdout).Encode(noSpool(op, cfg.SpoolDir, ack))
+	}
 	sp, err := events.OpenSpool(cfg.SpoolDir)
 	if err != nil {
 		return fail(outcome.Failure, hostspool.WithFix(err, cfg.SpoolDir))
@@ -73,4 +80,14 @@ func runSpool(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 		return outcome.Errorf(outcome.Failure, "spool ack: %s", r.Error)
 	}
 	return nil
+}
+
+// noSpool is the answer of "spool list" or "spool ack" where the spool
+// directory dir does not exist: no event listed, every acknowledged one
+// missing.
+func noSpool(op, dir string, ack *hostspool.Ack) any {
+	if op == "list" {
+		return &hostspool.List{Version: hostspool.Version, OK: true, Spool: dir, Events: []events.Event{}}
+	}
+	return &hostspool.AckResult{Version: hostspool.Version, OK: true, Missing: append(append([]string{}, ack.IDs...), ack.Gone...)}
 }

@@ -68,6 +68,26 @@ func TestSpoolVerb(t *testing.T) {
 			}
 		})
 	}
+	// A host that never spooled an event: list and ack answer, and create
+	// nothing (a read-only command makes no spool directory).
+	none := filepath.Join(dir, "never", "spool")
+	noneCfg := filepath.Join(dir, "never.yaml")
+	if err := os.WriteFile(noneCfg, []byte("spool_dir: "+none+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ op, stdin, answer string }{
+		{"list", "", `"ok":true,"spool":"` + none + `","events":[]`},
+		{"ack", `{"version":1,"ids":["a"],"gone":["b"]}`, `"ok":true,"removed":0,"missing":["a","b"]`},
+	} {
+		var out, errb bytes.Buffer
+		err := runSpool(t.Context(), []string{tc.op, "--config", noneCfg}, strings.NewReader(tc.stdin), &out)
+		if code := exitCode(err, &errb); code != 0 || !strings.Contains(out.String(), tc.answer) {
+			t.Fatalf("spool %s without a spool: exit %d, stdout %q (want %q), stderr %q", tc.op, code, out.String(), tc.answer, errb.String())
+		}
+		if _, err := os.Lstat(filepath.Join(dir, "never")); !os.IsNotExist(err) {
+			t.Fatalf("spool %s without a spool created %s (%v)", tc.op, filepath.Join(dir, "never"), err)
+		}
+	}
 	if outcome.Usage.Code() != 2 {
 		t.Fatal("usage exit code is not 2")
 	}

@@ -91,6 +91,9 @@ func PublishHost(ctx context.Context, cfg *config.Config, evs []events.Event) (R
 // or *events.DeferredError when nothing was lost; any other error means an
 // event could not even be spooled and must be reported loudly.
 func Publish(ctx context.Context, cfg *config.Config, evs []events.Event) (Result, error) {
+	if _, err := os.Lstat(cfg.SpoolDir); len(evs) == 0 && errors.Is(err, fs.ErrNotExist) {
+		return Result{}, nil // nothing new, and no spool: nothing older either (none is made)
+	}
 	spool, serr := events.OpenSpool(cfg.SpoolDir)
 	if serr != nil {
 		spool = nil

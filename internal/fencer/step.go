@@ -52,7 +52,9 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 	}
 	opts.MissingOK = true
 	source := req.Source + "/" + req.Op
-	spool := eventSpool(cfg, req.VM)
+	// Opened at the first event only: a step that fences nothing creates
+	// no spool directory.
+	spool := sync.OnceValue(func() *events.Spool { return eventSpool(cfg, req.VM) })
 	opts.OnBlocklisted = func(image string, c engine.ClientReport) {
 		// Durable before the lock break: a crash from here on leaves the
 		// event in the spool, delivered once by the next run or flush.
@@ -126,12 +128,18 @@ func eventSpool(cfg *config.Config, vm int) *events.Spool {
 	return s
 }
 
-// putEvents spools the events of recs (same ids as the publisher will use).
-func putEvents(s *events.Spool, recs []audit.Record, source string) {
+// putEvents spools the events of recs (same ids as the publisher will use);
+// the spool is opened only if there is an event.
+func putEvents(spool func() *events.Spool, recs []audit.Record, source string) {
+	evs := collision.Events(recs, source)
+	if len(evs) == 0 {
+		return
+	}
+	s := spool()
 	if s == nil {
 		return
 	}
-	for _, ev := range collision.Events(recs, source) {
+	for _, ev := range evs {
 		_ = s.Put(ev)
 	}
 }

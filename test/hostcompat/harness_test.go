@@ -15,7 +15,6 @@
 package hostcompat_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -261,24 +260,8 @@ func (r result) plain() []string {
 // runBin runs prog with RBDFENCE_CONFIG=cfg, stdin and args.
 func runBin(t *testing.T, cfg, prog, stdin string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, prog, args...)
-	cmd.Env = append(os.Environ(), "RBDFENCE_CONFIG="+cfg)
-	cmd.Stdin = strings.NewReader(stdin)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	res := result{stdout: out.String(), stderr: errb.String()}
-	if ee, ok := err.(*exec.ExitError); ok {
-		res.code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("%s %v: %v", prog, args, err)
-	}
-	if strings.Contains(res.stderr, "goroutine ") {
-		t.Fatalf("%s %v panicked:\n%s", prog, args, res.stderr)
-	}
-	return res
+	r := testenv.Run(t, 4*time.Minute, []string{"RBDFENCE_CONFIG=" + cfg}, stdin, prog, args...)
+	return result{code: r.Code, stdout: r.Stdout, stderr: r.Stderr}
 }
 
 func run(t *testing.T, name string, args ...string) string {

@@ -8,13 +8,10 @@
 package hostfence_test
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,24 +38,8 @@ type result struct {
 
 func run(t *testing.T, env []string, stdin, prog string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, prog, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdin = strings.NewReader(stdin)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	r := result{stdout: out.String(), stderr: errb.String()}
-	if ee, ok := err.(*exec.ExitError); ok {
-		r.code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("%s %v: %v", prog, args, err)
-	}
-	if strings.Contains(r.stderr, "panic") || strings.Contains(r.stderr, "goroutine ") {
-		t.Fatalf("%s %v panicked:\n%s", prog, args, r.stderr)
-	}
-	return r
+	r := testenv.Run(t, 2*time.Minute, env, stdin, prog, args...)
+	return result{code: r.Code, stdout: r.Stdout, stderr: r.Stderr}
 }
 
 func write(t *testing.T, p, body string) {
