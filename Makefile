@@ -65,12 +65,13 @@ demo: deps build
 	bash test/demo.sh
 
 # bench: rbdfence check against its baselines on the test cluster (about a
-# minute). bench-oned: what rbdfence's local actions add to a real deploy
-# and live migration under OpenNebula 7.4.0's own oned (test/bench/onedbench,
-# ONED_ROUNDS rounds; 20-30 minutes on 2 cores, root, the test/oned stack:
+# minute). bench-oned: what rbdfence (local actions and hook) adds to a real
+# deploy and live migration under OpenNebula 7.4.0's own oned, against the
+# same oned without it (test/bench/onedbench, ONED_ROUNDS rounds; about a
+# minute plus 80 s a round on 2 cores, root, the test/oned stack:
 # hold /tmp/rbdfence-machine.lock on a shared machine); it stops what it
 # started (make test-clean) whatever its result. Separate targets: the oned
-# one takes the machine's bridge, namespaces and test ports for half an hour.
+# one takes the machine's bridge, namespaces and test ports for about 15 minutes (10 rounds).
 # docs/PERFORMANCE.md has the figures of both.
 ONED_ROUNDS ?= 10
 .PHONY: bench-oned

@@ -266,6 +266,10 @@ func (c *catchT) Fatalf(format string, a ...any) {
 // hostFS is a host's private tree (hosts.sh), seen from the test.
 func (s *Stack) hostFS(h Host, sub string) string { return filepath.Join(s.dir, h.Name, "fs", sub) }
 
+// HookPath is rbdfence's libvirt hook on h (/etc/libvirt/hooks/qemu.d/10-rbdfence
+// in h's mount namespace, install.sh host), seen from the test.
+func (s *Stack) HookPath(h Host) string { return s.hostFS(h, "etc-libvirt/hooks/qemu.d/10-rbdfence") }
+
 // setupHost makes h an OpenNebula Ceph KVM host as OpenNebula's Ceph
 // datastore guide has it: /etc/ceph with the cluster's conf and the
 // client.libvirt keyring, the libvirt secret of client.libvirt (CEPH_SECRET),

@@ -1,25 +1,36 @@
-// Command onedbench measures what rbdfence's front-end local actions cost a
-// real deploy and a real live migration: OpenNebula 7.4.0's oned built from
-// source (test/oned), two KVM hosts with their own libvirtd, VMs with an RBD
-// disk on the suite's Ceph cluster.
+// Command onedbench measures what rbdfence costs a real deploy and a real
+// live migration: OpenNebula 7.4.0's oned built from source (test/oned), two
+// KVM hosts with their own libvirtd, VMs with an RBD disk on the suite's Ceph
+// cluster.
 //
-// The same oned runs both: VM_MAD "kvm" with rbdfence's local actions, as
-// `install.sh frontend --apply` leaves it, and VM_MAD "kvmbase", the same
-// driver line without them (added by this program). One host is registered
-// with each; the other guard, the libvirt hook, is on both hosts. Rounds
-// alternate: a deploy (`onevm deploy` to RUNNING, PROLOG included: OpenNebula
-// clones the image in Ceph) on the rbdfence host, then one on the plain host,
-// each of a fresh VM; then each VM is live migrated to the other host and
-// back (the driver of the destination's VM_MAD runs the migration,
-// src/vmm/VirtualMachineManager.cc:1187 in 7.4.0). Halfway through the hosts
-// swap their VM_MADs, so that a difference between the two hosts cancels
-// out. It prints the medians, their difference and rbdfence's share.
+// Two flavours, on the same oned and the same two hosts:
+//   - rbdfence: both hosts with VM_MAD "kvm", rbdfence's local actions as
+//     `install.sh frontend --apply` leaves them, and rbdfence's libvirt hook
+//     (/etc/libvirt/hooks/qemu.d/10-rbdfence, install.sh host) in place;
+//   - baseline, OpenNebula without rbdfence: both hosts with VM_MAD
+//     "kvmbase", the same driver line without the -l actions (added by this
+//     program), and the hook file replaced by `exit 0`.
 //
-// Not yet working (Dec 2): the hook on the kvmbase host refuses the
-// migration of a VM that rbdfence deployed, as it must ("no migration
-// window is open", exit 4; no migrate-rbdfence announced it), so the first
-// round stops there. The baseline's migrations need hosts without the hook
-// (docs/PERFORMANCE.md).
+// The hook is swapped by renaming a file over the same path, while no VM
+// exists: libvirt caches only whether any qemu hook exists (virHooksFound,
+// reset on SIGHUP) and opens qemu.d/ and runs its executables anew on every
+// call (virHookCall, src/util/virhook.c in libvirt 9.0), so the next call
+// runs the new file and libvirtd needs no restart. The hosts change VM_MAD by
+// onehost delete/create (a host's VM_MAD is fixed at creation; oned runs a
+// migration with the destination's driver, src/vmm/VirtualMachineManager.cc:1187
+// in 7.4.0, so both hosts must carry the flavour). The hook and its mode are
+// put back when the program ends, failed or not (and make bench-oned runs
+// make test-clean after it).
+//
+// A round is both flavours, one after the other, in the order rbdfence,
+// baseline on even rounds and baseline, rbdfence on odd ones (one switch per
+// round, and neither flavour always goes first under a drifting load). Each
+// flavour deploys a fresh VM (`onevm deploy` to RUNNING, PROLOG included:
+// OpenNebula clones the image in Ceph) on the round's home host (the two
+// hosts alternate by round), live migrates it to the other host and back, and
+// terminates it. It prints the medians of each flavour, their difference,
+// rbdfence's share of the baseline and the median of the differences within
+// each round (both flavours ran there under the same load).
 //
 //	go run -tags pacific ./test/bench/onedbench -rounds 10
 //
@@ -32,6 +43,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,7 +54,7 @@ import (
 )
 
 func main() {
-	rounds := flag.Int("rounds", 10, "rounds (each: a deploy and two live migrations per flavour)")
+	rounds := flag.Int("rounds", 10, "rounds (each: per flavour, a deploy and two live migrations)")
 	flag.Parse()
 	if *rounds < 2 {
 		fmt.Fprintln(os.Stderr, "onedbench: -rounds must be at least 2")
@@ -56,48 +68,141 @@ func main() {
 
 type sample struct{ deploy, migrate []time.Duration }
 
+// flavour is one side of the comparison: the hosts' VM_MAD and the hook.
+type flavour struct {
+	name  string
+	vmMad string
+	hook  bool
+	s     sample
+}
+
 func run(t testenv.T, rounds int) error {
 	s := oned.Start(t, "fe74")
+	hooks, err := saveHooks(t, s)
+	if err != nil {
+		return err
+	}
 	if err := addPlainVMMAD(t, s); err != nil {
 		return err
 	}
-	a, b := s.Hosts[0], s.Hosts[1]
+	with := &flavour{name: "rbdfence", vmMad: s.Hypervisor, hook: true}
+	without := &flavour{name: "baseline", vmMad: "kvmbase", hook: false}
 	img := s.NewImage(t, "bench", false)
-	with, without := &sample{}, &sample{}
-	rbdHost, plainHost := a, b
-	setHosts(t, s, rbdHost, plainHost)
 	load0 := loadavg()
+	t0 := time.Now()
 	for r := 0; r < rounds; r++ {
-		if r == rounds/2 {
-			rbdHost, plainHost = b, a
-			setHosts(t, s, rbdHost, plainHost)
+		order := []*flavour{with, without}
+		if r%2 == 1 {
+			order = []*flavour{without, with}
 		}
-		for _, f := range []struct {
-			host, other oned.Host
-			into        *sample
-		}{{rbdHost, plainHost, with}, {plainHost, rbdHost, without}} {
-			vm := s.NewVM(t, oned.VMTemplate(fmt.Sprintf("bench-%d", r), img))
-			d := timeIt(func() { deploy(t, s, vm, f.host) })
-			f.into.deploy = append(f.into.deploy, d)
-			// to the other host (its flavour) and back (this one's)
-			m1 := timeIt(func() { migrate(t, s, vm, f.other) })
-			m2 := timeIt(func() { migrate(t, s, vm, f.host) })
-			other := without
-			if f.into == without {
-				other = with
+		home, away := s.Hosts[r%2], s.Hosts[1-r%2]
+		for _, f := range order {
+			if err := use(t, s, hooks, f); err != nil {
+				return err
 			}
-			other.migrate = append(other.migrate, m1)
-			f.into.migrate = append(f.into.migrate, m2)
+			vm := s.NewVM(t, oned.VMTemplate(fmt.Sprintf("bench-%d-%s", r, f.name), img))
+			f.s.deploy = append(f.s.deploy, timeIt(func() { deploy(t, s, vm, home) }))
+			f.s.migrate = append(f.s.migrate, timeIt(func() { migrate(t, s, vm, away) }))
+			f.s.migrate = append(f.s.migrate, timeIt(func() { migrate(t, s, vm, home) }))
 			s.One(t, "onevm", "terminate", "--hard", strconv.Itoa(vm))
 			s.WaitVM(t, vm, "DONE", 2*time.Minute, func(v *oned.VM) bool { return v.State == oned.StateDone })
 		}
-		fmt.Fprintf(os.Stderr, "round %d/%d: deploy %s / %s, migrate %s / %s (with / without)\n", r+1, rounds,
-			last(with.deploy), last(without.deploy), last(with.migrate), last(without.migrate))
+		fmt.Fprintf(os.Stderr, "round %d/%d (%s first, home %s): deploy %s / %s, migrate %s %s / %s %s (rbdfence / baseline), %s so far\n",
+			r+1, rounds, order[0].name, home.Name, last(with.s.deploy, 1), last(without.s.deploy, 1),
+			last(with.s.migrate, 2), last(with.s.migrate, 1), last(without.s.migrate, 2), last(without.s.migrate, 1),
+			time.Since(t0).Round(time.Second))
 	}
-	fmt.Printf("onedbench %s, %d rounds, OpenNebula %s, VM_MAD %s; load average at the start %s, at the end %s\n",
+	fmt.Printf("onedbench %s, %d rounds, OpenNebula %s, VM_MAD %s vs kvmbase (hook off); load average at the start %s, at the end %s\n",
 		time.Now().UTC().Format("2006-01-02 15:04Z"), rounds, s.Version, s.Hypervisor, load0, loadavg())
-	report("onevm deploy -> RUNNING", with.deploy, without.deploy)
-	report("onevm migrate --live -> RUNNING", with.migrate, without.migrate)
+	report("onevm deploy -> RUNNING", with.s.deploy, without.s.deploy)
+	report("onevm migrate --live -> RUNNING", with.s.migrate, without.s.migrate)
+	return nil
+}
+
+// hookFile is a host's rbdfence hook as install.sh host left it.
+type hookFile struct {
+	path string
+	body []byte
+	mode os.FileMode
+}
+
+// noopHook is the baseline's hook file: libvirt runs it, rbdfence is not.
+const noopHook = "#!/bin/sh\n# onedbench: baseline half, rbdfence's hook is off (put back when onedbench ends)\nexit 0\n"
+
+// saveHooks reads both hosts' hook files and registers their restore, which
+// runs however the program ends (testenv.RunProgram's cleanups).
+func saveHooks(t testenv.T, s *oned.Stack) ([]hookFile, error) {
+	var hooks []hookFile
+	for _, h := range s.Hosts {
+		p := s.HookPath(h)
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil, fmt.Errorf("rbdfence's hook on %s: %w", h.Name, err)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		if string(b) == noopHook {
+			return nil, fmt.Errorf("%s is onedbench's no-op hook, not rbdfence's: run make test-clean (the stack reinstalls it)", p)
+		}
+		hooks = append(hooks, hookFile{p, b, fi.Mode().Perm()})
+	}
+	t.Cleanup(func() {
+		for _, hf := range hooks {
+			if err := putFile(hf.path, hf.body, hf.mode); err != nil {
+				fmt.Fprintf(os.Stderr, "onedbench: rbdfence's hook not put back: %v (make test-clean removes the hosts)\n", err)
+			}
+		}
+	})
+	return hooks, nil
+}
+
+// putFile replaces path by a file with body and mode, renamed over it: a
+// hook call never runs a half-written file. The new file is made in the
+// directory above (hooks/, the same file system), where libvirt runs
+// nothing but the per-driver scripts.
+func putFile(path string, body []byte, mode os.FileMode) error {
+	tmp := filepath.Join(filepath.Dir(filepath.Dir(path)), ".onedbench-"+filepath.Base(path))
+	if err := os.WriteFile(tmp, body, 0o600); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if string(got) != string(body) {
+		return fmt.Errorf("%s: read back %d bytes, not the %d written", path, len(got), len(body))
+	}
+	return nil
+}
+
+// use switches both hosts to f: the hook file first (no VM exists between
+// two flavours), then the VM_MAD.
+func use(t testenv.T, s *oned.Stack, hooks []hookFile, f *flavour) error {
+	for _, hf := range hooks {
+		body := []byte(noopHook)
+		if f.hook {
+			body = hf.body
+		}
+		if err := putFile(hf.path, body, hf.mode); err != nil {
+			return fmt.Errorf("switching to the %s flavour: %w", f.name, err)
+		}
+	}
+	for _, h := range s.Hosts {
+		out := s.One(t, "onehost", "show", "-x", h.Name)
+		if !strings.Contains(out, "<VM_MAD><![CDATA["+f.vmMad+"]]></VM_MAD>") {
+			s.ReplaceHost(t, h.Name, f.vmMad)
+		}
+	}
 	return nil
 }
 
@@ -116,7 +221,8 @@ func loadavg() string {
 
 func timeIt(f func()) time.Duration { t0 := time.Now(); f(); return time.Since(t0) }
 
-func last(d []time.Duration) time.Duration { return d[len(d)-1].Round(time.Millisecond) }
+// last is the n-th duration from the end of d.
+func last(d []time.Duration, n int) time.Duration { return d[len(d)-n].Round(time.Millisecond) }
 
 func deploy(t testenv.T, s *oned.Stack, vm int, to oned.Host) {
 	s.One(t, "onevm", "deploy", strconv.Itoa(vm), to.Name, strconv.Itoa(s.SystemDS))
@@ -198,18 +304,4 @@ VM_MAD = [
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	return s.Restart(ctx)
-}
-
-// setHosts registers rbd with VM_MAD kvm (rbdfence) and plain with kvmbase.
-func setHosts(t testenv.T, s *oned.Stack, rbd, plain oned.Host) {
-	for _, h := range []struct {
-		host oned.Host
-		mad  string
-	}{{rbd, s.Hypervisor}, {plain, "kvmbase"}} {
-		out := s.One(t, "onehost", "show", "-x", h.host.Name)
-		if strings.Contains(out, "<VM_MAD><![CDATA["+h.mad+"]]></VM_MAD>") {
-			continue
-		}
-		s.ReplaceHost(t, h.host.Name, h.mad)
-	}
 }
