@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/config"
+	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/fencer"
 	"github.com/rbdfence/rbdfence/internal/hook"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
@@ -49,12 +50,15 @@ func step(t *testing.T, c *config.Config, req *hoststep.Request) *hoststep.Respo
 }
 
 // A failed live migration whose copy on dst writes disks in two clusters:
-// failmigrate on dst fences the copy's clients in both.
+// failmigrate on dst, with the source's libvirt's word (relayed by the
+// front-end) that one-N runs there with no job, fences the copy's clients
+// in both.
 func TestFailmigrateFencesEveryCluster(t *testing.T) {
 	v := newTwoClusterVM(t)
 	cfg := hostConfig(t, v.c1, "127.0.0.1") // the copy runs here, on dst
+	src := &engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobNone, JobSaid: "Job type: None"}
 	step(t, cfg, &hoststep.Request{Op: hoststep.OpFailmigrate, VM: v.vm, Seq: 1, Host: "dst", Src: "src", Dst: "dst",
-		Run: run(), Source: "frontend", Disks: v.disks})
+		Run: run(), Source: "frontend", Disks: v.disks, SrcDomain: src})
 	blocklisted(t, v.c1, addr(t, v.za))
 	blocklisted(t, v.c2, addr(t, v.zb))
 	v.zb.WaitWrite(t, false, 30*time.Second)
