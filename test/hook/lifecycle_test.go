@@ -252,8 +252,11 @@ func TestHookStaleMarkFences(t *testing.T) {
 	if r := e.callHook(xml, name, "migrate", "begin", "-"); r.code != 0 {
 		t.Fatalf("migrate begin: %s", r.stderr)
 	}
-	// failmigrate: the window is closed; the claim stays on kvm-src.
-	who := engine.Who{VM: id, Seq: 11, Host: hostName, Source: engine.SourceFrontend, Run: "hooktest-failmigrate", Pool: e.ceph.Pool}
+	// failmigrate: the window is closed; the claim stays on kvm-src (the
+	// source's libvirt said one-N runs there with no job, as the front-end
+	// relays it).
+	who := engine.Who{VM: id, Seq: 11, Host: hostName, Source: engine.SourceFrontend, Run: "hooktest-failmigrate", Pool: e.ceph.Pool,
+		Domain: engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobNone, JobSaid: "Job type: None"}}
 	if _, err := e.engine().CloseWindow(context.Background(), who, nil, "kvm-src", hostName, nil, engine.Failed); err != nil {
 		t.Fatal(err)
 	}
