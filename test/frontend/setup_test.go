@@ -222,8 +222,9 @@ timeouts:
   total: %s
 %saudit_log: %s
 spool_dir: %s
+state_dir: %s
 %s`, f.sim.URL(), f.path("one_auth"), f.path("ssh"), filepath.Join(f.remotes, "rbdfence/rbdfence-host"), f.path("host.yaml"),
-		f.path("hostremotes"), or(f.sshTimeout, "60s"), or(f.totalTimeout, "90s"), action, f.path("frontend-audit.log"), f.path("spool"), f.extra), 0o644)
+		f.path("hostremotes"), or(f.sshTimeout, "60s"), or(f.totalTimeout, "90s"), action, f.path("frontend-audit.log"), f.path("spool"), f.path("state"), f.extra), 0o644)
 }
 
 func or(s, def string) string {
