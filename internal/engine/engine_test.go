@@ -321,26 +321,7 @@ func TestMigration(t *testing.T) {
 		// On the destination too only the source's libvirt saying one-42
 		// runs there with no job (relayed by the front-end) is knowledge
 		// that no migration job may still complete onto dst (model-C).
-		before, _, err := e.ClaimOf(ctx, who("src", 1, engine.SourceFrontend))
-		if err != nil || before == nil {
-			t.Fatalf("claim before failmigrate: %+v %v", before, err)
-		}
-		for _, tc := range sourceRefusals {
-			w := who("src", 1, engine.SourceFrontend)
-			w.Domain = tc.d
-			_, err := e.CloseWindow(ctx, w, []engine.Image{im}, "src", "dst", dstIPs, engine.Failed)
-			var mu *engine.MigrationUnknownError
-			if !errors.As(err, &mu) || !strings.Contains(err.Error(), tc.said) || !strings.Contains(err.Error(), "nothing was fenced") {
-				t.Fatalf("%s: want a MigrationUnknownError saying %q, got %v", tc.name, tc.said, err)
-			}
-			if _, ok := f.Blocklisted(dstC); ok {
-				t.Fatalf("%s: the destination's copy was fenced", tc.name)
-			}
-			after, _, _ := e.ClaimOf(ctx, w)
-			if after == nil || after.Window == nil || !after.Updated.Equal(before.Updated) {
-				t.Fatalf("%s: the claim changed: %+v, was %+v", tc.name, after, before)
-			}
-		}
+		wantSourceRefusals(t, e, f, im, dstIPs, engine.Failed, dstC)
 		w := who("src", 1, engine.SourceFrontend)
 		w.Domain = engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobNone, JobSaid: "Job type: None"}
 		res, err := e.CloseWindow(ctx, w, []engine.Image{im}, "src", "dst", dstIPs, engine.Failed)
@@ -363,26 +344,7 @@ func TestMigration(t *testing.T) {
 		// Only the source's libvirt saying one-42 runs there with no job
 		// is knowledge that the migration ended (issue 18 item 2, model-C):
 		// every other answer refuses, fences nothing, keeps the claim.
-		before, _, err := e.ClaimOf(ctx, who("src", 1, engine.SourceFrontend))
-		if err != nil || before == nil {
-			t.Fatalf("claim before failmigrate: %+v %v", before, err)
-		}
-		for _, tc := range sourceRefusals {
-			w := who("src", 1, engine.SourceFrontend)
-			w.Domain = tc.d
-			_, err := e.CloseWindow(ctx, w, []engine.Image{im}, "src", "dst", srcIPs, engine.FailedFromSource)
-			var mu *engine.MigrationUnknownError
-			if !errors.As(err, &mu) || !strings.Contains(err.Error(), tc.said) || !strings.Contains(err.Error(), "nothing was fenced") {
-				t.Fatalf("%s: want a MigrationUnknownError saying %q, got %v", tc.name, tc.said, err)
-			}
-			if _, ok := f.Blocklisted(dst3); ok {
-				t.Fatalf("%s: the destination's copy was fenced", tc.name)
-			}
-			after, _, _ := e.ClaimOf(ctx, w)
-			if after == nil || after.Seq != before.Seq || after.Host != before.Host || !after.Updated.Equal(before.Updated) {
-				t.Fatalf("%s: the claim changed: %+v, was %+v", tc.name, after, before)
-			}
-		}
+		wantSourceRefusals(t, e, f, im, srcIPs, engine.FailedFromSource, dst3)
 		w := who("src", 1, engine.SourceFrontend)
 		w.Domain = engine.Domain{Seen: engine.DomainActive, Said: "paused", Job: engine.JobNone, JobSaid: "Job type: None"}
 		res, err := e.CloseWindow(ctx, w, []engine.Image{im}, "src", "dst", srcIPs, engine.FailedFromSource)
@@ -737,6 +699,35 @@ func TestRecordKeepsLegacyAddrs(t *testing.T) {
 	cl := res.Claim
 	if !slices.Equal(cl.Images[engine.LegacyImage], []engine.Addr{gone}) || !slices.Equal(cl.Images["one/a"], []engine.Addr{mine}) || len(cl.Addrs) != 2 || slices.Contains(cl.Addrs, other) {
 		t.Fatalf("claim after record: images %v addrs %v; want legacy [%v], one/a [%v], not %v", cl.Images, cl.Addrs, gone, mine, other)
+	}
+}
+
+// wantSourceRefusals closes the window of VM 42 (src -> dst) with outcome
+// once per answer of sourceRefusals: each must be a MigrationUnknownError
+// saying why and "nothing was fenced", leave copy unfenced and the claim
+// as it was (same Seq, Host, Updated; its window neither opened nor
+// closed).
+func wantSourceRefusals(t *testing.T, e *engine.Engine, f *enginetest.Fake, im engine.Image, here []netip.Addr, outcome engine.MigrationOutcome, copy engine.Addr) {
+	t.Helper()
+	before, _, err := e.ClaimOf(ctx, who("src", 1, engine.SourceFrontend))
+	if err != nil || before == nil {
+		t.Fatalf("claim before failmigrate: %+v %v", before, err)
+	}
+	for _, tc := range sourceRefusals {
+		w := who("src", 1, engine.SourceFrontend)
+		w.Domain = tc.d
+		_, err := e.CloseWindow(ctx, w, []engine.Image{im}, "src", "dst", here, outcome)
+		var mu *engine.MigrationUnknownError
+		if !errors.As(err, &mu) || !strings.Contains(err.Error(), tc.said) || !strings.Contains(err.Error(), "nothing was fenced") {
+			t.Fatalf("%s: want a MigrationUnknownError saying %q, got %v", tc.name, tc.said, err)
+		}
+		if _, ok := f.Blocklisted(copy); ok {
+			t.Fatalf("%s: the destination's copy was fenced", tc.name)
+		}
+		after, _, _ := e.ClaimOf(ctx, w)
+		if after == nil || after.Seq != before.Seq || after.Host != before.Host || !after.Updated.Equal(before.Updated) || (after.Window == nil) != (before.Window == nil) {
+			t.Fatalf("%s: the claim changed: %+v, was %+v", tc.name, after, before)
+		}
 	}
 }
 
