@@ -35,20 +35,15 @@ func (e *Env) local(pl placement) bool {
 // rejects the version field: the step is asked again in version 1, which
 // that host serves (hoststep package documentation).
 //
-// A start, or a live migration's premigrate, is refused (*SkewError, exit
-// 3, never passed by fence.fail_open) where the host that runs the VM
-// then has a hook or host step older than this front-end's claim format:
-// the start host's own answer says (the host step refuses before it
-// fences), or, where that step does not run on the host (remote: local)
-// and for the destination of a migration, a "versions" step asked first.
+// A start is refused (*SkewError, exit 3, never passed by
+// fence.fail_open) where the host that runs the VM then has a hook or host
+// step older than this front-end's claim format: the start host's own
+// answer says (the host step refuses before it fences), or, where that
+// step does not run on the host (remote: local), a "versions" step asked
+// first. (A migration's destination is asked by the migration's own step.)
 func (e *Env) hostStep(ctx context.Context, host string, req *hoststep.Request, pl placement) (*hoststep.Response, error) {
-	switch {
-	case req.Op == hoststep.OpStart && e.local(pl):
-		if err := e.requireVersions(ctx, req.VM, req.Host, "start"); err != nil {
-			return nil, err
-		}
-	case req.Op == hoststep.OpPremigrate && req.Dst != "":
-		if err := e.requireVersions(ctx, req.VM, req.Dst, "migration"); err != nil {
+	if req.Op == hoststep.OpStart && e.local(pl) {
+		if _, err := e.requireVersions(ctx, req.VM, req.Host, "start"); err != nil {
 			return nil, err
 		}
 	}
@@ -134,16 +129,17 @@ func startVersions(host string, resp *hoststep.Response) error {
 
 // requireVersions asks host what runs there (the step "versions") and
 // refuses a start or an incoming migration (what) when its hook or host
-// step reads an older claim format than this front-end's.
-func (e *Env) requireVersions(ctx context.Context, vm int, host, what string) error {
+// step reads an older claim format than this front-end's; it returns what
+// the host reported.
+func (e *Env) requireVersions(ctx context.Context, vm int, host, what string) (*hoststep.Versions, error) {
 	v, err := e.HostVersions(ctx, vm, host)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := hoststep.CheckVersions(host, v, engine.ClaimFormat, true); err != nil {
-		return skewError(vm, what, err)
+		return nil, skewError(vm, what, err)
 	}
-	return nil
+	return v, nil
 }
 
 // HostVersions asks host what runs there (nil Versions: its host binary is

@@ -80,7 +80,9 @@ func ParseVMMMigrateArgs(args []string) (VMMMigrateArgs, error) {
 //     forwarding, as the driver runs a delegated action (ssh_stream.rb:
 //     191-192), or the admin's own local migrate script (self names it);
 //  3. if it failed, fence the destination's copy and close the window
-//     (failmigrate step), and exit with the migration's own code;
+//     (failmigrate step), and exit with the migration's own code (3, and
+//     nothing fenced, when the host that would fence runs a host step
+//     older than hoststep.FailmigrateVersion);
 //  4. if it succeeded, close the window and fence lock owners not on the
 //     destination (postmigrate step); a failure there is logged, never
 //     turned into a failed migration (the VM runs on the destination).
@@ -156,6 +158,18 @@ func MigrateVMM(ctx context.Context, e *Env, self string, args []string, stdinR 
 	}
 	if m != nil {
 		if err := e.step(ctx, m, hoststep.OpFailmigrate); err != nil {
+			var fe *Error
+			if errors.As(err, &fe) && fe.Final {
+				// Refused before anything was fenced: the operator has to
+				// upgrade the host and look (exit 3, whatever the migration's
+				// own code was).
+				why := fmt.Sprintf("exit %d", code)
+				if runErr != nil {
+					why = trimVMPrefix(a.VM, runErr.Error())
+				}
+				e.Log.Error("the migration %s -> %s failed (%s)", a.Src, a.Dst, why)
+				return err
+			}
 			e.Log.Error("the migration failed and its copy on %s may not be fenced: %v", a.Dst, err)
 		}
 	}

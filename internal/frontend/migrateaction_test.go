@@ -41,6 +41,17 @@ func actionStdin(t *testing.T) (b64, xml string) {
 	return base64.StdEncoding.EncodeToString([]byte(xml)), xml
 }
 
+// protocol4Versions is a host of rbdfence before the failmigrate that asks
+// the source (host step protocol 4, this claim format).
+var protocol4Versions = fmt.Sprintf(`{"step":{"path":"/var/tmp/one/rbdfence/rbdfence-host","version":"v4","protocol":4,"claim_format":%d}}`, engine.ClaimFormat)
+
+// withVersions adds to r a host step of protocol p, as every version 4 or
+// later answer carries.
+func withVersions(r *hoststep.Response, p int) *hoststep.Response {
+	r.Versions = &hoststep.Versions{Step: hoststep.Binary{Path: "/var/tmp/one/rbdfence/rbdfence-host", Protocol: p, ClaimFormat: engine.ClaimFormat}}
+	return r
+}
+
 func TestMigrateVMMPolicy(t *testing.T) {
 	ok := func(op string) *hoststep.Response { return &hoststep.Response{OK: true, Op: op} }
 	fail := func(op, kind string) *hoststep.Response {
@@ -90,6 +101,20 @@ func TestMigrateVMMPolicy(t *testing.T) {
 			wantLog: "ERROR: 42 rbdfence: the migration failed and its copy on node2 may not be fenced: VM 42: rbdfence failmigrate (node1 -> node2) failed: something failure"},
 		{name: "postmigrate fails: migration still succeeded", pre: ok("premigrate"), post: fail("postmigrate", "failure"), wantCode: 0,
 			wantLog: "ERROR: 42 rbdfence: the migration succeeded, but: VM 42: rbdfence postmigrate"},
+		// A host step older than 5 ignores the source's word and would
+		// fence the copy on the failure alone: it gets no failmigrate.
+		{name: "migration fails, destination's host step older than 5: refused, nothing fenced", pre: ok("premigrate"), failm: ok("failmigrate"), migrateCode: "7",
+			dstVersions: protocol4Versions, wantCode: outcome.Unavailable.Code(),
+			wantPlain: "VM 42: failmigrate refused, nothing fenced: the rbdfence host step on node2 speaks protocol 4, older than 5",
+			wantLog:   "ERROR: 42 rbdfence: the migration node1 -> node2 failed (exit 7)",
+			wantOps:   []string{"versions", "premigrate", "migrate-ran"}},
+		{name: "migration fails, destination unreachable, source's host step older than 5: no fallback", pre: withVersions(ok("premigrate"), 4), failmCode: 255, migrateCode: "7",
+			wantCode:  outcome.Unavailable.Code(),
+			wantPlain: "VM 42: failmigrate refused, nothing fenced: the rbdfence host step on node1 speaks protocol 4",
+			wantOps:   []string{"versions", "premigrate", "migrate-ran", "domain", "failmigrate"}},
+		{name: "migration fails, destination unreachable: fenced from the source", pre: withVersions(ok("premigrate"), hoststep.Version), failmCode: 255, migrateCode: "7",
+			wantCode: 7, wantLog: "fencing from the source node1 every client that is not on it",
+			wantOps: []string{"versions", "premigrate", "migrate-ran", "domain", "failmigrate", "failmigrate"}},
 		// The destination's hook is 0300e58's: it would misread the window.
 		{name: "old hook on the destination: not started", dstVersions: oldHookVersions, wantCode: outcome.Unavailable.Code(),
 			wantPlain: "VM 42: rbdfence refuses the migration: host node2: its libvirt hook /usr/lib/rbdfence/bin/rbdfence-hook (0300e58) reads claim format 1, older than claim format 2; fix: upgrade the rbdfence and rbdfence-host packages on node2",

@@ -11,6 +11,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/opennebula"
+	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // OrigSuffix named the original TM script an earlier rbdfence kept next
@@ -33,6 +34,24 @@ type migration struct {
 	// window is the handover premigrate opened (nil when its answer had
 	// none).
 	window *engine.Window
+	// protocol is each host's host step protocol version as it reported
+	// it (the destination's "versions" before premigrate, the source's
+	// premigrate answer): a failmigrate goes only to a host of
+	// hoststep.FailmigrateVersion or later.
+	protocol map[string]int
+}
+
+// noteProtocol records what host's host step reported of itself (nil
+// Versions: older than version 4).
+func (m *migration) noteProtocol(host string, v *hoststep.Versions) {
+	if m.protocol == nil {
+		m.protocol = map[string]int{}
+	}
+	p := 0
+	if v != nil {
+		p = v.Step.Protocol
+	}
+	m.protocol[host] = p
 }
 
 // step runs op (premigrate on the source, or the front-end with remote:
@@ -52,7 +71,19 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 	identify(req, m.vm)
 	ctx, cancel := e.stepContext(ctx)
 	defer cancel()
-	if op == hoststep.OpFailmigrate {
+	switch op {
+	case hoststep.OpPremigrate:
+		// The destination's hook will read the window: it must read this
+		// front-end's claim format.
+		v, err := e.requireVersions(ctx, a.VM, a.Dst, "migration")
+		if err != nil {
+			return err
+		}
+		m.noteProtocol(a.Dst, v)
+	case hoststep.OpFailmigrate:
+		if err := e.failmigrateProtocol(ctx, m, host); err != nil {
+			return err
+		}
 		// The destination fences its copy only on the source's word that
 		// the VM runs there with no job (engine.MigrationUnknownError).
 		req.SrcDomain = e.sourceDomain(ctx, m)
@@ -63,11 +94,17 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 		// made the migration "fail"): fence from the source every client of
 		// the VM's images that is not on the source; that includes the copy.
 		e.Log.Error("VM %d: %s; fencing from the source %s every client that is not on it", a.VM, trimVMPrefix(a.VM, err.Error()), a.Src)
+		if perr := e.failmigrateProtocol(ctx, m, a.Src); perr != nil {
+			return perr
+		}
 		req.Host = a.Src
 		resp, err = e.hostStep(ctx, a.Src, req, onHost)
 	}
 	if err != nil {
 		return err
+	}
+	if op == hoststep.OpPremigrate && !e.local(pl) {
+		m.noteProtocol(a.Src, resp.Versions)
 	}
 	if !resp.OK {
 		e.record(resp, op, e.local(pl))
@@ -118,6 +155,32 @@ func (e *Env) sourceDomain(ctx context.Context, m *migration) *engine.Domain {
 		return &engine.Domain{Seen: engine.DomainNoAnswer, Said: "could not be asked (the rbdfence host step on " + a.Src + " is older than the front-end's: " + hoststep.Fix + ")"}
 	}
 	return resp.Domain
+}
+
+// failmigrateProtocol refuses (exit 3, final, nothing fenced) a
+// failmigrate on host when its host step is older than
+// hoststep.FailmigrateVersion: such a step ignores the source's word
+// (Request.SrcDomain) and fences the copy on the failure alone, even when
+// the "failed" migration completed there and that copy is the only live
+// one. What the host reported during the migration decides; a host not
+// asked yet is asked ("versions").
+func (e *Env) failmigrateProtocol(ctx context.Context, m *migration, host string) error {
+	p, ok := m.protocol[host]
+	if !ok {
+		v, err := e.HostVersions(ctx, m.a.VM, host)
+		if err != nil {
+			return withSuffix(err, "; nothing was fenced")
+		}
+		m.noteProtocol(host, v)
+		p = m.protocol[host]
+	}
+	if p >= hoststep.FailmigrateVersion {
+		return nil
+	}
+	fe := errorf(outcome.Unavailable, m.a.VM, "VM %d: failmigrate refused, nothing fenced: the rbdfence host step on %s speaks protocol %d, older than %d, and would fence the copy there without asking %s whether the migration completed; fix: %s; then see where one-%d runs (virsh list --all on %s and %s) and run onevm recover",
+		m.a.VM, host, p, hoststep.FailmigrateVersion, m.a.Src, hoststep.Fix, m.a.VM, m.a.Src, m.a.Dst)
+	fe.Final = true
+	return fe
 }
 
 // trimVMPrefix drops a leading "VM <vm>: " from msg (host answers and

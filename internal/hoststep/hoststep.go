@@ -22,6 +22,11 @@
 //     step and the hook beside it, their claim formats); a start or an
 //     incoming migration on a host that reads an older claim format than
 //     the front-end's is refused (CheckVersions, versions.go).
+//   - A version 5 failmigrate fences the destination's copy only on the
+//     source's word that the VM runs there with no job (Request.SrcDomain,
+//     the step "domain"); an older host step ignores that field and would
+//     fence on the failure alone, so the front-end sends it no failmigrate
+//     (FailmigrateVersion).
 package hoststep
 
 import (
@@ -69,8 +74,15 @@ const (
 // of rbdfence before versions (strict: unknown fields rejected); 2: the
 // version field, unknown fields ignored; 3: the step "attach" (a version 2
 // host refuses it with the fix, see Validate); 4: the host's Versions in
-// every response, the step "versions".
-const Version = 4
+// every response, the step "versions"; 5: the step "domain", and a
+// failmigrate that fences only on the source's "active, no job"
+// (Request.SrcDomain).
+const Version = 5
+
+// FailmigrateVersion is the oldest host step a failmigrate may be sent to:
+// an older one ignores Request.SrcDomain and fences the destination's copy
+// even when the "failed" migration completed there.
+const FailmigrateVersion = 5
 
 // minVersion is the oldest peer version this code still works with.
 const minVersion = 1

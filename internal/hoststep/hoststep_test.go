@@ -26,7 +26,7 @@ func TestReadRequest(t *testing.T) {
 		{in: `{"op":"start","vm":1,"host":"a","disks":[{"id":"0","pool":"","name":"x"}]}`, err: "no pool"},
 		{in: `{"op":"start","vm":1,"host":"a","extra":1,"disks":[{"id":"0","pool":"one","name":"x","new":true}]}`}, // unknown fields: ignored
 		{in: `{"version":7,"op":"start","vm":1,"host":"a","extra":{"x":1}}`},                                       // a newer front-end, a known op
-		{in: `{"version":5,"op":"scrub","vm":1,"host":"a"}`, err: "the front-end speaks version 5, this host's rbdfence speaks version 4: this host does not know the step \"scrub\"; upgrade the rbdfence and rbdfence-host packages on the host where it has them, and run 'onehost sync --force'"},
+		{in: fmt.Sprintf(`{"version":%d,"op":"scrub","vm":1,"host":"a"}`, Version+1), err: fmt.Sprintf("the front-end speaks version %d, this host's rbdfence speaks version %d: this host does not know the step \"scrub\"; upgrade the rbdfence and rbdfence-host packages on the host where it has them, and run 'onehost sync --force'", Version+1, Version)},
 		{in: `{"op":"scrub","vm":1,"host":"a"}`, err: "unknown op"}, // same version: a bad request, not a mismatch
 		{in: `{"op":"start","vm":1,"host":"a"} trailing`, err: "trailing data"},
 	} {
@@ -179,8 +179,8 @@ func TestIncompatible(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"host too old for the front-end", checkPeer("host", "front-end", 1, 2), "the host speaks version 1, this front-end's rbdfence speaks version 4: version 2 or later is needed; upgrade the rbdfence and rbdfence-host packages on the host where it has them, and run 'onehost sync --force'"},
-		{"front-end too old for the host", checkPeer("front-end", "host", 1, 2), "the front-end speaks version 1, this host's rbdfence speaks version 4"},
+		{"host too old for the front-end", checkPeer("host", "front-end", 1, 2), fmt.Sprintf("the host speaks version 1, this front-end's rbdfence speaks version %d: version 2 or later is needed; upgrade the rbdfence and rbdfence-host packages on the host where it has them, and run 'onehost sync --force'", Version)},
+		{"front-end too old for the host", checkPeer("front-end", "host", 1, 2), fmt.Sprintf("the front-end speaks version 1, this host's rbdfence speaks version %d", Version)},
 	} {
 		var ie *IncompatibleError
 		if !errors.As(tc.err, &ie) || !strings.Contains(tc.err.Error(), tc.want) || strings.Contains(tc.err.Error(), "\n") || outcome.Of(tc.err) != outcome.Usage {
