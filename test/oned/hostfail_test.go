@@ -69,13 +69,8 @@ func (s *Stack) cutHost(t *testing.T, h Host, vm int) {
 func testHostErrorHookFencesAndReschedules(t *testing.T, s *Stack) {
 	a := s.Victim
 	hook := s.createHostErrorHook(t)
-	img := s.NewImage(t, "ha", true)
-	vm := s.NewVM(t, VMTemplate("ha", img))
-	s.Deploy(t, vm, a)
-	old := s.QEMUClients(t, a, img.Source)
-	if len(old) != 1 {
-		t.Fatalf("VM %d's QEMU on %s: clients %v, want 1", vm, a.Name, old)
-	}
+	vm, img, _ := s.DeployNew(t, "ha", true, a)
+	old := s.QEMUClient(t, a, vm, img.Source)
 	s.cutHost(t, a, vm)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -89,8 +84,8 @@ func testHostErrorHookFencesAndReschedules(t *testing.T, s *Stack) {
 	})
 	b := s.Host(t, v.Host())
 	s.WaitFenced(t, a, vm)
-	if !s.Blocklisted(t, old[0]) {
-		t.Fatalf("the failed host's client %s is not blocklisted", old[0])
+	if !s.Blocklisted(t, old) {
+		t.Fatalf("the failed host's client %s is not blocklisted", old)
 	}
 	// The hook's execution record: host_error.rb exited 0 (it exits
 	// non-zero, rescheduling nothing, when the fence fails).
@@ -178,40 +173,62 @@ kill "$pid"`, id))
 // refusal in its ERROR, nothing is fenced and the guest writes on.
 func testResumeUnknownRunningRefused(t *testing.T, s *Stack) {
 	a := s.Victim
-	img := s.NewImage(t, "unknown", true)
-	vm := s.NewVM(t, VMTemplate("unknown", img))
-	s.Deploy(t, vm, a)
-	clients := s.QEMUClients(t, a, img.Source)
-	if len(clients) != 1 {
-		t.Fatalf("VM %d's QEMU on %s: clients %v, want 1", vm, a.Name, clients)
-	}
-	blBefore := len(s.Ceph.BlocklistEntries(t))
+	vm, img, _ := s.DeployNew(t, "unknown", true, a)
+	client := s.QEMUClient(t, a, vm, img.Source)
 	s.breakMonitoring(t, a)
 	s.WaitHost(t, a.Name, "ERROR")
 	s.WaitVM(t, vm, "UNKNOWN", 2*time.Minute, func(v *VM) bool { return v.State == StateActive && v.LCM == LCMUnknown })
-	seq := len(s.ShowVM(t, vm).History)
-	s.One(t, "onevm", "resume", strconv.Itoa(vm))
-	v := s.WaitVM(t, vm, "UNKNOWN again with the refusal in ERROR", CmdTimeout, func(v *VM) bool {
-		return v.LCM == LCMUnknown && strings.Contains(v.User.Error, "running")
-	})
-	t.Logf("refusal shown by onevm show: %s", v.User.Error)
-	if len(v.History) != seq || v.Host() != a.Name {
-		t.Fatalf("VM %d: the resume of UNKNOWN made HISTORY %d on %s, want the same record (%d) on %s", vm, len(v.History), v.Host(), seq, a.Name)
-	}
+	s.resumeRefused(t, a, vm, client, "running")
 	if !strings.Contains(s.VMLog(t, vm), "BOOT_UNKNOWN") {
 		t.Fatalf("VM %d's log shows no BOOT_UNKNOWN (the deploy of the resume):\n%s", vm, s.VMLog(t, vm))
-	}
-	for _, c := range clients {
-		if s.Blocklisted(t, c) {
-			t.Fatalf("the running VM's client %s was blocklisted by the refused resume", c)
-		}
-	}
-	if n := len(s.Ceph.BlocklistEntries(t)); n != blBefore {
-		t.Fatalf("the blocklist changed across the refused resume: %d -> %d entries", blBefore, n)
 	}
 	if !s.GuestWrite(t, a, vm, 0xd4) {
 		t.Fatalf("the running guest of VM %d cannot write after the refused resume", vm)
 	}
+}
+
+// resumeRefused is `onevm resume` of VM vm, UNKNOWN on a (its QEMU's
+// client of its disk: client), refused by rbdfence: oned shows the VM
+// UNKNOWN again with want in its ERROR (oned keeps the first 100
+// characters of the driver's message there, src/vm/VirtualMachine.cc:
+// 3092-3097, MAX_ERROR_MSG_LENGTH in include/VirtualMachine.h:1938; the
+// whole line is in the VM log), on the same HISTORY record and host, and
+// nothing was fenced: no blocklist entry of a's was added (the other
+// tests fence on other hosts meanwhile), the live QEMU is a's only client.
+func (s *Stack) resumeRefused(t *testing.T, a Host, vm int, client, want string) *VM {
+	t.Helper()
+	before := s.blocklistedFrom(t, a)
+	seq := len(s.ShowVM(t, vm).History)
+	s.One(t, "onevm", "resume", strconv.Itoa(vm))
+	v := s.WaitVM(t, vm, "UNKNOWN again with the refusal in ERROR", CmdTimeout, func(v *VM) bool {
+		return v.LCM == LCMUnknown && strings.Contains(v.User.Error, want)
+	})
+	t.Logf("refusal shown by onevm show: %s", v.User.Error)
+	if len(v.History) != seq || v.Host() != a.Name {
+		t.Fatalf("VM %d: the refused resume made HISTORY %d on %s, want the same record (%d) on %s", vm, len(v.History), v.Host(), seq, a.Name)
+	}
+	if n := s.blocklistedFrom(t, a); n != before {
+		t.Fatalf("the refused resume changed the blocklist entries of %s: %d -> %d", a.Name, before, n)
+	}
+	if s.Blocklisted(t, client) {
+		t.Fatalf("the running VM's client %s was blocklisted by the refused resume", client)
+	}
+	if w := s.QEMUClients(t, a, v.Disks[0].Image(vm)); len(w) != 1 || w[0] != client {
+		t.Fatalf("after the refused resume %s has clients %v from %s, want the live QEMU's %s only", v.Disks[0].Image(vm), w, a.Name, client)
+	}
+	return v
+}
+
+// blocklistedFrom counts the blocklist entries of h's addresses.
+func (s *Stack) blocklistedFrom(t testenv.T, h Host) int {
+	t.Helper()
+	n := 0
+	for addr := range s.Ceph.BlocklistEntries(t) {
+		if strings.HasPrefix(addr, h.IP+":") {
+			n++
+		}
+	}
+	return n
 }
 
 // testFailClosedThenRecoverRetry (rows "fail closed" and "recover --retry of
@@ -225,9 +242,7 @@ func testResumeUnknownRunningRefused(t *testing.T, s *Stack) {
 // the host reaches Ceph again, `onevm recover --retry` deploys it.
 func testFailClosedThenRecoverRetry(t *testing.T, s *Stack) {
 	a := s.Victim
-	img := s.NewImage(t, "failclosed", true)
-	vm := s.NewVM(t, VMTemplate("failclosed", img))
-	s.Deploy(t, vm, a)
+	vm, _, _ := s.DeployNew(t, "failclosed", true, a)
 	s.One(t, "onevm", "undeploy", "--hard", strconv.Itoa(vm))
 	s.WaitVM(t, vm, "UNDEPLOYED", CmdTimeout, func(v *VM) bool { return v.State == StateUndeploy })
 	heal := s.cutCeph(t, a)
@@ -259,47 +274,24 @@ func testFailClosedThenRecoverRetry(t *testing.T, s *Stack) {
 // succeeds.
 func testResumeUnknownLibvirtdDownRefused(t *testing.T, s *Stack) {
 	a := s.Victim
-	img := s.NewImage(t, "libvirtd-down", true)
-	vm := s.NewVM(t, VMTemplate("libvirtd-down", img))
-	s.Deploy(t, vm, a)
-	clients := s.QEMUClients(t, a, img.Source)
-	if len(clients) != 1 {
-		t.Fatalf("VM %d's QEMU on %s: clients %v, want 1", vm, a.Name, clients)
-	}
-	blBefore := len(s.Ceph.BlocklistEntries(t))
+	vm, img, _ := s.DeployNew(t, "libvirtd-down", true, a)
+	client := s.QEMUClient(t, a, vm, img.Source)
 	// In this order, so that the cleanups start libvirtd before they wait
 	// for the host to be monitored again.
 	s.breakMonitoring(t, a)
 	s.stopLibvirtd(t, a)
 	s.WaitHost(t, a.Name, "ERROR")
 	s.WaitVM(t, vm, "UNKNOWN", 2*time.Minute, func(v *VM) bool { return v.State == StateActive && v.LCM == LCMUnknown })
-	seq := len(s.ShowVM(t, vm).History)
-	s.One(t, "onevm", "resume", strconv.Itoa(vm))
-	// oned keeps the first 100 characters of the driver's message in the
-	// VM's ERROR (src/vm/VirtualMachine.cc:3092-3097, MAX_ERROR_MSG_LENGTH
-	// in include/VirtualMachine.h:1938); the whole line is in the VM log.
-	v := s.WaitVM(t, vm, "UNKNOWN again with the refusal in ERROR", CmdTimeout, func(v *VM) bool {
-		return v.LCM == LCMUnknown && strings.Contains(v.User.Error, "cannot tell whether one-"+strconv.Itoa(vm)+" still runs")
-	})
-	t.Logf("refusal shown by onevm show: %s", v.User.Error)
+	s.resumeRefused(t, a, vm, client, "cannot tell whether one-"+strconv.Itoa(vm)+" still runs")
 	if l := s.VMLog(t, vm); !strings.Contains(l, "libvirt did not answer") || !strings.Contains(l, "retry once libvirt answers") {
 		t.Fatalf("VM %d's log does not give the refusal's reason (libvirt did not answer) and what to do:\n%s", vm, l)
-	}
-	if len(v.History) != seq || v.Host() != a.Name {
-		t.Fatalf("VM %d: the refused resume made HISTORY %d on %s, want the same record (%d) on %s", vm, len(v.History), v.Host(), seq, a.Name)
-	}
-	if n := len(s.Ceph.BlocklistEntries(t)); n != blBefore {
-		t.Fatalf("the blocklist changed across the refused resume: %d -> %d entries", blBefore, n)
-	}
-	if w := s.QEMUClients(t, a, img.Source); len(w) != 1 || w[0] != clients[0] {
-		t.Fatalf("after the refused resume %s has clients %v from %s, want the live QEMU's %v only", img.Source, w, a.Name, clients)
 	}
 	s.startLibvirtd(t, a)
 	if !s.GuestWrite(t, a, vm, 0xd6) {
 		t.Fatalf("the live guest of VM %d cannot write after the refused resume", vm)
 	}
-	if s.Blocklisted(t, clients[0]) {
-		t.Fatalf("the live VM's client %s was blocklisted", clients[0])
+	if s.Blocklisted(t, client) {
+		t.Fatalf("the live VM's client %s was blocklisted", client)
 	}
 }
 

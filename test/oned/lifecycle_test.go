@@ -231,9 +231,7 @@ func TestSuspendResume(t *testing.T) {
 
 func testSuspendResume(t *testing.T, s *Stack) {
 	a := s.Hosts[0]
-	img := s.NewImage(t, "suspend", false)
-	vm := s.NewVM(t, VMTemplate("suspend", img))
-	s.Deploy(t, vm, a)
+	vm, _, _ := s.DeployNew(t, "suspend", false, a)
 	s.One(t, "onevm", "suspend", strconv.Itoa(vm))
 	s.WaitVM(t, vm, "SUSPENDED", CmdTimeout, func(v *VM) bool { return v.State == StateSuspended })
 	if st := s.DomainState(t, a, vm); st != "" {

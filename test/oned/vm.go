@@ -330,6 +330,27 @@ func (s *Stack) NewVM(t testenv.T, tpl string) int {
 	return id
 }
 
+// DeployNew creates a VM named name with one disk, a new image (persistent
+// or not) of the same name, deploys it on h and returns its ID, image and
+// state once RUNNING.
+func (s *Stack) DeployNew(t testenv.T, name string, persistent bool, h Host) (int, Image, *VM) {
+	t.Helper()
+	img := s.NewImage(t, name, persistent)
+	vm := s.NewVM(t, VMTemplate(name, img))
+	return vm, img, s.Deploy(t, vm, h)
+}
+
+// QEMUClient is the one client address of image from VM vm's QEMU on h;
+// none or several fail the test.
+func (s *Stack) QEMUClient(t testenv.T, h Host, vm int, image string) string {
+	t.Helper()
+	c := s.QEMUClients(t, h, image)
+	if len(c) != 1 {
+		t.Fatalf("VM %d's QEMU on %s: clients %v of %s, want 1", vm, h.Name, c, image)
+	}
+	return c[0]
+}
+
 // Deploy is `onevm deploy ID HOST SYSTEM_DS`, then RUNNING.
 func (s *Stack) Deploy(t testenv.T, id int, h Host) *VM {
 	t.Helper()
