@@ -39,8 +39,8 @@ unit:
 	$(GO) test -tags $(TAGS) -count=1 $$($(GO) list -tags $(TAGS) ./internal/... | grep -v '/internal/ceph$$')
 
 # test: every test, real Ceph, libvirt, QEMU, sshd included (the tests start
-# them under /tmp/rbdfence-test, ports 16780-16799), then every fuzz target for
-# a fixed number of executions; then everything the run started is stopped and
+# them under /tmp/rbdfence-test, ports 16780-16799), with every fuzz target for
+# a fixed number of executions beside them; then everything the run started is stopped and
 # removed, and a leftover fails the run (test/run.sh, test/machine.sh).
 # RBDFENCE_TEST_KEEP=1 keeps the daemons for the next run; make test-clean.
 test: deps vet build

@@ -2,8 +2,9 @@
 # test/run.sh: the whole test run behind `make test`.
 #
 # 1. snapshot the machine (test/machine.sh), 2. every Go test (real Ceph,
-# libvirtd, QEMU, sshd: the tests start them under RBDFENCE_TEST_ROOT), 3.
-# every fuzz target for a fixed number of executions (test/fuzz.sh), then,
+# libvirtd, QEMU, sshd: the tests start them under RBDFENCE_TEST_ROOT) and,
+# beside them, 3. every fuzz target for a fixed number of executions
+# (test/fuzz.sh), then,
 # whatever happened: 4. stop and delete everything the run started or created
 # and 5. check that the machine is as it was (a leftover fails the run).
 #
@@ -16,9 +17,17 @@ export RBDFENCE_TEST_ROOT=${RBDFENCE_TEST_ROOT:-/tmp/rbdfence-test}
 GO=${GO:-go}
 snap=$(mktemp /tmp/rbdfence-machine.XXXXXX)
 
+fuzzpid= fuzzlog=
 finish() {
 	local rc=$?
 	trap - EXIT INT TERM
+	if [ -n "$fuzzpid" ] && kill -0 "$fuzzpid" 2>/dev/null; then
+		# interrupted: the fuzzing beside the tests stops too
+		pkill -TERM -P "$fuzzpid" 2>/dev/null || true
+		kill "$fuzzpid" 2>/dev/null || true
+		wait "$fuzzpid" 2>/dev/null || true
+	fi
+	[ -z "$fuzzlog" ] || rm -f "$fuzzlog"
 	if [ "${RBDFENCE_TEST_KEEP:-0}" = 1 ]; then
 		echo "run.sh: RBDFENCE_TEST_KEEP=1: test daemons left running under $RBDFENCE_TEST_ROOT (make test-clean stops them)"
 		rm -f "$snap" "$snap.strays"
@@ -44,5 +53,22 @@ bash test/machine.sh snapshot "$snap"
 trap finish EXIT
 trap 'exit 130' INT TERM
 
-$GO test -tags pacific -count=1 -timeout 40m ./...
-bash test/fuzz.sh
+# The fuzz targets (fixed execution counts, test/fuzz.sh) run beside the Go
+# tests, niced: most of the tests' time is spent waiting on daemons (oned,
+# libvirtd, Ceph), and the fuzzing takes the idle CPU. Its output comes after
+# the tests'.
+fuzzlog=$(mktemp /tmp/rbdfence-fuzzlog.XXXXXX)
+nice -n 10 bash test/fuzz.sh >"$fuzzlog" 2>&1 &
+fuzzpid=$!
+# go test runs the packages in the order given, two at a time here: the
+# longest ones first (test/oned ~10 minutes, test/packaging ~4, test/frontend
+# and test/hook ~2-4), so that the short ones fill the other slot instead of
+# the long ones running last, alone.
+rc=0
+$GO test -tags pacific -count=1 -timeout 40m ./test/oned ./test/packaging ./test/frontend ./test/hook ./... || rc=$?
+fuzzrc=0
+wait "$fuzzpid" || fuzzrc=$?
+fuzzpid=
+cat "$fuzzlog"
+[ "$rc" -ne 0 ] || rc=$fuzzrc
+exit "$rc"
