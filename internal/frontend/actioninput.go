@@ -65,7 +65,7 @@ func readActionStdin(e *Env, vm int, stdin io.Reader, what, undone string) ([]by
 	}
 	doc, err := DecodeBase64(what, raw)
 	if err != nil {
-		return nil, errorf(outcome.Usage, vm, "VM %d: %v; %s", vm, err, undone)
+		return nil, errorf(outcome.Usage, vm, "%v; %s", err, undone)
 	}
 	return doc, nil
 }

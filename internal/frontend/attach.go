@@ -101,7 +101,7 @@ func Attach(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 	}
 	disks, vm, err := attachedDisks(msg, a.VM)
 	if err != nil {
-		return errorf(outcome.Usage, a.VM, "VM %d: %v; nothing was attached", a.VM, err)
+		return errorf(outcome.Usage, a.VM, "%v; nothing was attached", err)
 	}
 	run := audit.NewRunID()
 	checked := false
@@ -111,18 +111,18 @@ func Attach(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 			return err
 		}
 	} else {
-		e.Log.Info("VM %d: the attached disk %s opens no RBD image: nothing to check", a.VM, a.Target)
+		e.Log.Info("the attached disk %s opens no RBD image: nothing to check", a.Target)
 	}
 
 	script := path.Join(e.Cfg.OpenNebula.RemoteDir, "vmm/kvm/attach_disk")
 	code, err := e.remoteAction(ctx, a.Host, append([]string{script}, a.Raw...), msg, e.Stdout, e.Stderr)
 	if err != nil {
-		return errorf(outcome.Failure, a.VM, "VM %d: remote attach_disk on %s: %v", a.VM, a.Host, err)
+		return errorf(outcome.Failure, a.VM, "remote attach_disk on %s: %v", a.Host, err)
 	}
 	if code != 0 {
 		return &ExitError{What: "remote attach_disk on " + a.Host, Code: code}
 	}
-	e.Log.Info("VM %d: disk %s attached on %s", a.VM, a.Target, a.Host)
+	e.Log.Info("disk %s attached on %s", a.Target, a.Host)
 	if checked {
 		e.recordAttached(ctx, a, vm, disks, run)
 	}
@@ -160,6 +160,8 @@ func attachedDisks(msg []byte, id int) ([]vmdisk.Disk, *opennebula.VMInfo, error
 
 // checkAttach runs the attach host step; it reports whether the check was
 // done (false: it could not be, and fence.fail_open let the attach go on).
+// A refusal's line starts as a start's: "rbdfence refused the hot-attach
+// of disk vdb, nothing fenced: <the host's reason>".
 func (e *Env) checkAttach(ctx context.Context, a AttachArgs, vm *opennebula.VMInfo, disks []vmdisk.Disk, run string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(e.Cfg.Timeouts.Total))
 	defer cancel()
@@ -168,20 +170,23 @@ func (e *Env) checkAttach(ctx context.Context, a AttachArgs, vm *opennebula.VMIn
 	e.Log.Info("checking %d hot-attached RBD image(s) of VM %d on %s (run %s)", len(disks), a.VM, a.Host, run)
 	resp, err := e.hostStep(ctx, a.Host, req, anywhere)
 	if err != nil {
+		// No answer: what the host did is not known here.
+		err = headed(err, "rbdfence could not check the hot-attach of disk "+a.Target)
 		if _, ferr := e.failOpen(&StartResult{}, err); ferr != nil {
 			return false, ferr
 		}
 		return false, nil
 	}
 	if resp.OK {
-		e.summarize(resp, a.VM)
+		e.summarize(resp)
 	}
 	e.record(resp, "attach", e.local(anywhere))
 	if !resp.OK {
 		kind := resp.Kind
-		msg := fmt.Sprintf("VM %d: hot-attach of disk %s on %s refused by rbdfence: %s", a.VM, a.Target, a.Host, resp.Error)
+		why := trimVMPrefix(a.VM, resp.Error)
+		msg := fmt.Sprintf("rbdfence refused the hot-attach of disk %s, %s: %s", a.Target, fencedNote(resp), why)
 		if kind == outcome.Unavailable || kind == outcome.Usage {
-			msg = fmt.Sprintf("VM %d: rbdfence cannot check the hot-attach of disk %s on %s: %s", a.VM, a.Target, a.Host, resp.Error)
+			msg = fmt.Sprintf("rbdfence could not check the hot-attach of disk %s, %s: %s", a.Target, fencedNote(resp), why)
 			if _, ferr := e.failOpen(&StartResult{}, errorf(kind, a.VM, "%s", msg)); ferr == nil {
 				return false, nil
 			}
@@ -202,7 +207,7 @@ func (e *Env) recordAttached(ctx context.Context, a AttachArgs, vm *opennebula.V
 		err = errors.New(resp.Error)
 	}
 	if err != nil {
-		e.Log.Error("VM %d: disk %s attached, but its client address was not recorded (a later start elsewhere only fences what it sees): %v", a.VM, a.Target, err)
+		e.Log.Error("disk %s attached, but its client address was not recorded (a later start elsewhere only fences what it sees): %v", a.Target, err)
 		return
 	}
 	n := 0
@@ -211,5 +216,5 @@ func (e *Env) recordAttached(ctx context.Context, a AttachArgs, vm *opennebula.V
 			n += len(resp.Claim.Images[d.Image()])
 		}
 	}
-	e.Log.Info("VM %d: recorded %d client address(es) of the attached disk %s on %s", a.VM, n, a.Target, a.Host)
+	e.Log.Info("recorded %d client address(es) of the attached disk %s on %s", n, a.Target, a.Host)
 }

@@ -78,10 +78,10 @@ func Deploy(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 	}
 	dom, err := domxml.Parse(domain)
 	if err != nil {
-		return errorf(outcome.Usage, a.VM, "VM %d: %v; nothing was started", a.VM, err)
+		return errorf(outcome.Usage, a.VM, "%v; nothing was started", err)
 	}
 	if dom.VMID >= 0 && dom.VMID != a.VM {
-		return errorf(outcome.Usage, a.VM, "VM %d: the domain XML on stdin is %s, another VM's; nothing was started", a.VM, clip(dom.Name))
+		return errorf(outcome.Usage, a.VM, "the domain XML on stdin is %s, another VM's; nothing was started", clip(dom.Name))
 	}
 	remoteFile := ""
 	if dom.OpenNebula != nil && dom.OpenNebula.SystemDatastore != "" {
@@ -96,7 +96,7 @@ func Deploy(ctx context.Context, e *Env, args []string, stdin io.Reader) error {
 	}
 	if remoteFile == "" {
 		if res.VM == nil || res.VM.SystemDSID < 0 {
-			return errorf(outcome.Failure, a.VM, "VM %d: the domain XML has no <one:system_datastore> and oned gave no system datastore: cannot name the remote deployment file", a.VM)
+			return errorf(outcome.Failure, a.VM, "the domain XML has no <one:system_datastore> and oned gave no system datastore: cannot name the remote deployment file; nothing was started")
 		}
 		remoteFile = path.Join(e.Cfg.OpenNebula.DatastoreLocation, strconv.Itoa(res.VM.SystemDSID), strconv.Itoa(a.VM), filepath.Base(a.LocalFile))
 	}
@@ -141,11 +141,11 @@ func (e *Env) readVMDirFiles(a DeployArgs) ([]vmDirFileData, error) {
 			continue
 		}
 		if err != nil {
-			return nil, errorf(outcome.Failure, a.VM, "VM %d: reading %s: %v", a.VM, name, err)
+			return nil, errorf(outcome.Failure, a.VM, "reading %s: %v; the remote deploy was not run", name, err)
 		}
 		data, err := vmDirFile(name, raw)
 		if err != nil {
-			return nil, errorf(outcome.Failure, a.VM, "VM %d: %s next to %s: %v; the remote deploy was not run", a.VM, name, a.LocalFile, err)
+			return nil, errorf(outcome.Failure, a.VM, "%s next to %s: %v; the remote deploy was not run", name, a.LocalFile, err)
 		}
 		out = append(out, vmDirFileData{name, data})
 	}

@@ -21,7 +21,7 @@ func TestRefusalLineFirst(t *testing.T) {
 		e.Log.SetVM(42)
 		e.Log.Info("checking 1 RBD image(s) of VM 42")
 		e.Log.Info("fenced client 10.0.0.5:0/1 on one/one-7")
-		return errorf(outcome.Refused, 42, "VM 42: refused: claimed by run abc on node2")
+		return errorf(outcome.Refused, 42, "rbdfence refused the start, nothing fenced: claimed by run abc on node2")
 	}
 	var out, errb bytes.Buffer
 	code := RunAction(context.Background(), act, nil, nil, &out, &errb)
@@ -29,15 +29,15 @@ func TestRefusalLineFirst(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
-	if lines[0] != "VM 42: refused: claimed by run abc on node2" || len(lines) != 3 {
+	if lines[0] != "rbdfence refused the start, nothing fenced: claimed by run abc on node2" || len(lines) != 3 {
 		t.Fatalf("stderr:\n%s", errb.String())
 	}
 	info7, log7 := onedsim.DriverResult(7, code, errb.String())
-	if info7 != "VM 42: refused: claimed by run abc on node2" || len(log7) != 2 || !strings.Contains(log7[1], "fenced client") {
+	if info7 != "rbdfence refused the start, nothing fenced: claimed by run abc on node2" || len(log7) != 2 || !strings.Contains(log7[1], "fenced client") {
 		t.Fatalf("7.x: info %q, VM log %q", info7, log7)
 	}
 	info6, log6 := onedsim.DriverResult(6, code, errb.String())
-	if !strings.HasPrefix(info6, "VM 42: refused: claimed by run abc on node2 INFO: 42 rbdfence:") || len(log6) != 4 {
+	if !strings.HasPrefix(info6, "rbdfence refused the start, nothing fenced: claimed by run abc on node2 INFO: 42 rbdfence:") || len(log6) != 4 {
 		t.Fatalf("6.x: info %q, VM log %q", info6, log6)
 	}
 	// A success: 6.x drops stderr, 7.x files the lines in the VM log.

@@ -194,7 +194,12 @@ func TestLogLines(t *testing.T) {
 	l.SetVM(42)
 	l.Info("fenced %s", "client.1\nsecond line")
 	l.Error("bad")
-	want := "INFO: rbdfence: no vm yet\nINFO: 42 rbdfence: fenced client.1 second line\nERROR: 42 rbdfence: bad\n"
+	// The line names the VM and rbdfence: a nested message's are dropped.
+	l.Error("%v; starting anyway", errorf(outcome.Unavailable, 42, "rbdfence could not check the start: VM 42: x"))
+	l.Info("VM 42: VM 42: window open")
+	l.Info("VM 420: another VM")
+	want := "INFO: rbdfence: no vm yet\nINFO: 42 rbdfence: fenced client.1 second line\nERROR: 42 rbdfence: bad\n" +
+		"ERROR: 42 rbdfence: could not check the start: VM 42: x; starting anyway\nINFO: 42 rbdfence: window open\nINFO: 42 rbdfence: VM 420: another VM\n"
 	if b.String() != want {
 		t.Fatalf("got %q\nwant %q", b.String(), want)
 	}
@@ -206,13 +211,13 @@ func TestExitEveryKind(t *testing.T) {
 	for _, k := range outcome.All() {
 		var err error
 		if k != outcome.OK {
-			err = errorf(k, 42, "VM 42: %s", k)
+			err = errorf(k, 42, "rbdfence %s", k)
 		}
 		var stderr bytes.Buffer
 		if got := Exit(err, &stderr); got != k.Code() {
 			t.Errorf("%v: exit %d, want %d", k, got, k.Code())
 		}
-		if k != outcome.OK && stderr.String() != "VM 42: "+k.String()+"\n" {
+		if k != outcome.OK && stderr.String() != "rbdfence "+k.String()+"\n" {
 			t.Errorf("%v: stderr %q", k, stderr.String())
 		}
 	}

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rbdfence/rbdfence/internal/config"
@@ -43,7 +45,7 @@ func (e *Env) local(pl placement) bool {
 // first. (A migration's destination is asked by the migration's own step.)
 func (e *Env) hostStep(ctx context.Context, host string, req *hoststep.Request, pl placement) (*hoststep.Response, error) {
 	if req.Op == hoststep.OpStart && e.local(pl) {
-		if _, err := e.requireVersions(ctx, req.VM, req.Host, "start"); err != nil {
+		if _, err := e.requireVersions(ctx, req.VM, req.Host, startWhat(req)); err != nil {
 			return nil, err
 		}
 	}
@@ -52,7 +54,7 @@ func (e *Env) hostStep(ctx context.Context, host string, req *hoststep.Request, 
 	resp, err := e.hostStepOnce(ctx, host, &v, pl)
 	if err == nil && req.Op == hoststep.OpStart && !e.local(pl) {
 		if serr := startVersions(host, resp); serr != nil {
-			return nil, skewError(req.VM, "start", serr)
+			return nil, skewError(req.VM, startWhat(req), serr, resp)
 		}
 	}
 	if err == nil && resp.V1Rejected() {
@@ -88,12 +90,12 @@ func (e *Env) hostStepOnce(ctx context.Context, host string, req *hoststep.Reque
 		var err error
 		argv, err = e.sshArgv(host, e.hostCommand(req.Op))
 		if err != nil {
-			return nil, errorf(outcome.Usage, req.VM, "VM %d: %v", req.VM, err)
+			return nil, errorf(outcome.Usage, req.VM, "%v", err)
 		}
 	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return nil, errorf(outcome.Failure, req.VM, "VM %d: encoding the %s request: %v", req.VM, req.Op, err)
+		return nil, errorf(outcome.Failure, req.VM, "encoding the %s request: %v", req.Op, err)
 	}
 	stdout := &capBuffer{max: hoststep.MaxSize}
 	stderr := &capBuffer{max: 64 << 10}
@@ -103,7 +105,7 @@ func (e *Env) hostStepOnce(ctx context.Context, host string, req *hoststep.Reque
 		resp, perr := hoststep.ReadResponse(bytes.NewReader(stdout.buf.Bytes()))
 		var ie *hoststep.IncompatibleError
 		if errors.As(perr, &ie) {
-			return nil, errorf(outcome.Usage, req.VM, "VM %d: host %s: %v", req.VM, host, perr)
+			return nil, errorf(outcome.Usage, req.VM, "host %s: %v", host, perr)
 		}
 		// A response answers this op; only an early usage failure has none.
 		if perr == nil && (resp.Op == req.Op || (resp.Op == "" && !resp.OK && resp.Kind != outcome.OK)) {
@@ -137,7 +139,7 @@ func (e *Env) requireVersions(ctx context.Context, vm int, host, what string) (*
 		return nil, err
 	}
 	if err := hoststep.CheckVersions(host, v, engine.ClaimFormat, true); err != nil {
-		return nil, skewError(vm, what, err)
+		return nil, skewError(vm, what, err, nil)
 	}
 	return v, nil
 }
@@ -152,9 +154,6 @@ func (e *Env) HostVersions(ctx context.Context, vm int, host string) (*hoststep.
 	defer cancel()
 	resp, err := e.hostStepOnce(sctx, host, req, onHost)
 	if err != nil {
-		if fe, ok := err.(*Error); ok && vm < 0 {
-			fe.Msg = trimVMPrefix(max(vm, 0), fe.Msg)
-		}
 		return nil, err
 	}
 	if !resp.OK || resp.Versions == nil {
@@ -164,11 +163,31 @@ func (e *Env) HostVersions(ctx context.Context, vm int, host string) (*hoststep.
 }
 
 // skewError is a *SkewError as the driver reports it: exit 3, one line,
-// final (fence.fail_open does not pass it).
-func skewError(vm int, what string, err error) error {
-	fe := errorf(outcome.Unavailable, vm, "VM %d: rbdfence refuses the %s: %v", vm, what, err)
+// final (fence.fail_open does not pass it): "rbdfence refused the
+// migration, nothing fenced: host node2's libvirt hook ... reads claim
+// format 1, ...; fix: ...". resp is the start host's answer that came with
+// it (nil: none; a host that admitted with versions that say otherwise
+// may have fenced).
+func skewError(vm int, what string, err error, resp *hoststep.Response) error {
+	why := err.Error()
+	var se *hoststep.SkewError
+	if errors.As(err, &se) {
+		if w, ok := strings.CutPrefix(se.Why, "its "); ok {
+			why = fmt.Sprintf("host %s's %s; fix: %s", se.Host, w, se.Fix)
+		}
+	}
+	fe := errorf(outcome.Unavailable, vm, "rbdfence refused the %s, %s: %s", what, fencedNote(resp), why)
 	fe.Final = true
 	return fe
+}
+
+// startWhat names a start step's start in messages: "start", or "restore"
+// for OpenNebula's restore.
+func startWhat(req *hoststep.Request) string {
+	if req.Restore {
+		return "restore"
+	}
+	return "start"
 }
 
 // noAnswer is the error of a host step that gave no valid answer: it timed
@@ -178,18 +197,18 @@ func skewError(vm int, what string, err error) error {
 func (e *Env) noAnswer(ctx context.Context, req *hoststep.Request, host, where string, pl placement, code int, rerr error, timeout time.Duration, why string) error {
 	switch {
 	case errors.Is(rerr, errTimeout):
-		return errorf(outcome.Unavailable, req.VM, "VM %d: the %s step on %s did not answer within timeouts.ssh + timeouts.total (%s)", req.VM, req.Op, where, timeout)
+		return errorf(outcome.Unavailable, req.VM, "the %s step on %s did not answer within timeouts.ssh + timeouts.total (%s)", req.Op, where, timeout)
 	case rerr != nil:
-		return errorf(outcome.Unavailable, req.VM, "VM %d: cannot run the %s step on %s: %v", req.VM, req.Op, where, rerr)
+		return errorf(outcome.Unavailable, req.VM, "cannot run the %s step on %s: %v", req.Op, where, rerr)
 	case !e.local(pl) && code == 255:
-		return errorf(outcome.Unavailable, req.VM, "VM %d: ssh to host %s failed for the %s step: %s", req.VM, host, req.Op, orDash(why))
+		return errorf(outcome.Unavailable, req.VM, "ssh to host %s failed for the %s step: %s", host, req.Op, orDash(why))
 	case !e.local(pl) && cannotStart(code, why):
 		return e.incompatible(ctx, req.VM, host, why)
 	case code == 126 || code == 127:
-		return errorf(outcome.Unavailable, req.VM, "VM %d: the rbdfence host binary %s cannot run on %s (exit %d: %s); install it and run 'onehost sync --force'",
-			req.VM, argv0(e, pl), where, code, orDash(why))
+		return errorf(outcome.Unavailable, req.VM, "the rbdfence host binary %s cannot run on %s (exit %d: %s); install it and run 'onehost sync --force'",
+			argv0(e, pl), where, code, orDash(why))
 	}
-	return errorf(outcome.Unavailable, req.VM, "VM %d: the %s step on %s gave no valid answer (exit %d): %s", req.VM, req.Op, where, code, orDash(why))
+	return errorf(outcome.Unavailable, req.VM, "the %s step on %s gave no valid answer (exit %d): %s", req.Op, where, code, orDash(why))
 }
 
 // hostCommand is the host step's command line on a host (hostArgv). The

@@ -143,7 +143,7 @@ func TestHostBinaryAbsent(t *testing.T) {
 			tc.brk(bin)
 			_, err := s.env.hostStep(t.Context(), "node1", req, onHost)
 			var fe *Error
-			want := fmt.Sprintf("VM 42: host node1 has no runnable rbdfence host binary %s (", bin)
+			want := fmt.Sprintf("host node1 has no runnable rbdfence host binary %s (", bin)
 			fix := "; fix: run 'onehost sync --force' as oneadmin on the front-end (it copies the host binary to node1), or install the rbdfence and rbdfence-host packages on node1"
 			if !errors.As(err, &fe) || fe.Kind != outcome.Unavailable || !strings.HasPrefix(err.Error(), want) || !strings.HasSuffix(err.Error(), fix) {
 				t.Fatalf("%v\nwant %q ... %q", err, want, fix)

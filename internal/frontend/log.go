@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -13,7 +14,9 @@ import (
 // driver drops the stderr of a successful action and puts all of a failed
 // one's stderr in the VM log and the ERROR text (CommandManager.rb:76-79,
 // 97-101 of release-6.10.5). The user-template event is the record on
-// both. Messages are flattened to one line.
+// both. Messages are flattened to one line; the line names the VM and
+// rbdfence already, so a leading "VM <vmid>: " or "rbdfence " of the
+// message (a nested *Error's) is dropped.
 type Log struct {
 	mu sync.Mutex
 	w  io.Writer
@@ -45,8 +48,11 @@ func (l *Log) line(level, format string, a ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	prefix := level + ": "
+	msg := oneLine(fmt.Sprintf(format, a...))
 	if l.vm >= 0 {
 		prefix += strconv.Itoa(l.vm) + " "
+		msg = trimVMPrefix(l.vm, msg)
 	}
-	_, _ = fmt.Fprintln(l.w, prefix+"rbdfence: "+oneLine(fmt.Sprintf(format, a...)))
+	msg = strings.TrimPrefix(msg, "rbdfence ")
+	_, _ = fmt.Fprintln(l.w, prefix+"rbdfence: "+msg)
 }

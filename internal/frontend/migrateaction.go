@@ -98,22 +98,22 @@ func MigrateVMM(ctx context.Context, e *Env, self string, args []string, stdinR 
 	}
 	msg, err := DecodeBase64("driver action XML", raw)
 	if err != nil {
-		return errorf(outcome.Usage, a.VM, "VM %d: %v; the migration was not started", a.VM, err)
+		return errorf(outcome.Usage, a.VM, "%v; the migration was not started", err)
 	}
 	vmDoc, err := actionVM(msg)
 	if err != nil {
-		return errorf(outcome.Usage, a.VM, "VM %d: %v; the migration was not started", a.VM, err)
+		return errorf(outcome.Usage, a.VM, "%v; the migration was not started", err)
 	}
 	vm, err := opennebula.ParseVM(vmDoc)
 	if err != nil {
-		return errorf(outcome.Usage, a.VM, "VM %d: the VM in the driver action: %v; the migration was not started", a.VM, err)
+		return errorf(outcome.Usage, a.VM, "the VM in the driver action: %v; the migration was not started", err)
 	}
 	if vm.ID != a.VM {
-		return errorf(outcome.Usage, a.VM, "VM %d: the driver action on stdin is VM %d's; the migration was not started", a.VM, vm.ID)
+		return errorf(outcome.Usage, a.VM, "the driver action on stdin is VM %d's, not VM %d's; the migration was not started", vm.ID, a.VM)
 	}
 	local, err := localMigrateScript(self)
 	if err != nil {
-		return errorf(outcome.Usage, a.VM, "VM %d: %v; the migration was not started", a.VM, err)
+		return errorf(outcome.Usage, a.VM, "%v; the migration was not started", err)
 	}
 
 	var m *migration
@@ -127,7 +127,7 @@ func MigrateVMM(ctx context.Context, e *Env, self string, args []string, stdinR 
 	}
 	if m != nil {
 		if e.Broken != nil {
-			return errorf(outcome.Usage, a.VM, "VM %d: %v; the migration was not started", a.VM, e.Broken)
+			return errorf(outcome.Usage, a.VM, "%v; the migration was not started", e.Broken)
 		}
 		if err := e.step(ctx, m, hoststep.OpPremigrate); err != nil {
 			return withSuffix(err, "; the migration was not started, the VM keeps running on "+a.Src)
@@ -144,8 +144,8 @@ func MigrateVMM(ctx context.Context, e *Env, self string, args []string, stdinR 
 		if m.window != nil {
 			until = " until " + m.window.Expires.UTC().Format(time.RFC3339)
 		}
-		return errorf(outcome.Unavailable, a.VM, "VM %d: cannot tell whether the migration %s -> %s still runs (%s): nothing was fenced and the handover window stays open%s (a later start of the VM fences whatever is not it); see where one-%d runs with virsh list --all on both hosts and virsh domjobinfo one-%d on %s",
-			a.VM, a.Src, a.Dst, unknown, until, a.VM, a.VM, a.Src)
+		return errorf(outcome.Unavailable, a.VM, "rbdfence cannot tell whether the migration %s -> %s still runs, nothing fenced: %s; the handover window stays open%s (a later start of the VM fences whatever is not it); see where one-%d runs with virsh list --all on both hosts and virsh domjobinfo one-%d on %s",
+			a.Src, a.Dst, unknown, until, a.VM, a.VM, a.Src)
 	}
 	if runErr == nil && code == 0 {
 		if m != nil {
@@ -174,7 +174,7 @@ func MigrateVMM(ctx context.Context, e *Env, self string, args []string, stdinR 
 		}
 	}
 	if errors.Is(runErr, errMigrationCut) {
-		return errorf(outcome.Failure, a.VM, "VM %d: %v", a.VM, runErr)
+		return errorf(outcome.Failure, a.VM, "%v", runErr)
 	}
 	if runErr != nil {
 		return runErr
@@ -241,7 +241,7 @@ func (e *Env) runMigrate(ctx context.Context, a VMMMigrateArgs, local string, ra
 			return -1, fmt.Errorf("%w: %s: %v", errMigrationCut, what, err)
 		}
 		// It could not be started: nothing ran.
-		return -1, errorf(outcome.Failure, a.VM, "VM %d: %s: %v", a.VM, what, err)
+		return -1, errorf(outcome.Failure, a.VM, "%s: %v", what, err)
 	}
 	if local != "" {
 		code, err := run(ctx, proc{argv: append([]string{local}, argv...), stdin: bytes.NewReader(raw), stdout: e.Stdout, stderr: e.Stderr})
@@ -256,7 +256,7 @@ func (e *Env) runMigrate(ctx context.Context, a VMMMigrateArgs, local string, ra
 		// one_vmm_exec.rb:1544) forwards the agent on its own connection.
 		"-o", "ForwardAgent=yes", "-o", "ControlMaster=no", "-o", "ControlPath=none")
 	if err != nil {
-		return -1, errorf(outcome.Usage, a.VM, "VM %d: %v", a.VM, err)
+		return -1, errorf(outcome.Usage, a.VM, "%v", err)
 	}
 	code, err := run(ctx, proc{argv: sshArgv, stdin: bytes.NewReader(msg), stdout: e.Stdout, stderr: e.Stderr})
 	if err != nil {

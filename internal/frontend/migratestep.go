@@ -59,7 +59,11 @@ func (m *migration) noteProtocol(host string, v *hoststep.Versions) {
 // own addresses tell its clients apart, after the source's libvirt was
 // asked about the VM's job (sourceDomain); failmigrate on the source when
 // the destination cannot be reached), records audit and events, and
-// returns a *Error when the step did not succeed.
+// returns a *Error when the step did not succeed. A premigrate's error is
+// the migration's refusal (nothing is fenced before the window opens):
+// "rbdfence refused the migration, nothing fenced: ..." when a host says
+// no, "rbdfence could not prepare the migration, nothing fenced: ..." when
+// it could not be asked or could not do it.
 func (e *Env) step(ctx context.Context, m *migration, op string) error {
 	a := m.a
 	host, pl := a.Dst, onHost
@@ -77,7 +81,7 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 		// front-end's claim format.
 		v, err := e.requireVersions(ctx, a.VM, a.Dst, "migration")
 		if err != nil {
-			return err
+			return headed(err, "rbdfence could not prepare the migration, nothing fenced")
 		}
 		m.noteProtocol(a.Dst, v)
 	case hoststep.OpFailmigrate:
@@ -93,7 +97,7 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 		// The destination cannot be reached (often the very partition that
 		// made the migration "fail"): fence from the source every client of
 		// the VM's images that is not on the source; that includes the copy.
-		e.Log.Error("VM %d: %s; fencing from the source %s every client that is not on it", a.VM, trimVMPrefix(a.VM, err.Error()), a.Src)
+		e.Log.Error("%s; fencing from the source %s every client that is not on it", trimVMPrefix(a.VM, err.Error()), a.Src)
 		if perr := e.failmigrateProtocol(ctx, m, a.Src); perr != nil {
 			return perr
 		}
@@ -101,6 +105,9 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 		resp, err = e.hostStep(ctx, a.Src, req, onHost)
 	}
 	if err != nil {
+		if op == hoststep.OpPremigrate {
+			return headed(err, "rbdfence could not prepare the migration, nothing fenced")
+		}
 		return err
 	}
 	if op == hoststep.OpPremigrate && !e.local(pl) {
@@ -108,7 +115,15 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 	}
 	if !resp.OK {
 		e.record(resp, op, e.local(pl))
-		return errorf(resp.Kind, a.VM, "VM %d: rbdfence %s (%s -> %s) failed: %s", a.VM, op, a.Src, a.Dst, trimVMPrefix(a.VM, resp.Error))
+		why := trimVMPrefix(a.VM, resp.Error)
+		if op == hoststep.OpPremigrate {
+			head := "rbdfence refused the migration"
+			if resp.Kind == outcome.Unavailable || resp.Kind == outcome.Usage {
+				head = "rbdfence could not prepare the migration"
+			}
+			return errorf(resp.Kind, a.VM, "%s, %s: premigrate on %s: %s", head, fencedNote(resp), host, why)
+		}
+		return errorf(resp.Kind, a.VM, "rbdfence %s (%s -> %s) failed: %s", op, a.Src, a.Dst, why)
 	}
 	defer e.record(resp, op, e.local(pl))
 	switch op {
@@ -118,13 +133,13 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 			m.window = resp.Claim.Window
 			until = " until " + resp.Claim.Window.Expires.UTC().Format(time.RFC3339)
 		}
-		e.Log.Info("VM %d: handover window %s -> %s open%s: the destination will not fence the source", a.VM, a.Src, a.Dst, until)
+		e.Log.Info("handover window %s -> %s open%s: the destination will not fence the source", a.Src, a.Dst, until)
 	case hoststep.OpPostmigrate:
-		e.Log.Info("VM %d: migration %s -> %s done: handover window closed", a.VM, a.Src, a.Dst)
-		e.summarize(resp, a.VM)
+		e.Log.Info("migration %s -> %s done: handover window closed", a.Src, a.Dst)
+		e.summarize(resp)
 	case hoststep.OpFailmigrate:
-		e.Log.Info("VM %d: migration %s -> %s failed: handover window closed, the instance on %s is kept", a.VM, a.Src, a.Dst, a.Src)
-		e.summarize(resp, a.VM)
+		e.Log.Info("migration %s -> %s failed: handover window closed, the instance on %s is kept", a.Src, a.Dst, a.Src)
+		e.summarize(resp)
 	}
 	return nil
 }
@@ -177,14 +192,15 @@ func (e *Env) failmigrateProtocol(ctx context.Context, m *migration, host string
 	if p >= hoststep.FailmigrateVersion {
 		return nil
 	}
-	fe := errorf(outcome.Unavailable, m.a.VM, "VM %d: failmigrate refused, nothing fenced: the rbdfence host step on %s speaks protocol %d, older than %d, and would fence the copy there without asking %s whether the migration completed; fix: %s; then see where one-%d runs (virsh list --all on %s and %s) and run onevm recover",
-		m.a.VM, host, p, hoststep.FailmigrateVersion, m.a.Src, hoststep.Fix, m.a.VM, m.a.Src, m.a.Dst)
+	fe := errorf(outcome.Unavailable, m.a.VM, "the migration failed; rbdfence's failmigrate refused, nothing fenced: %s's host step is too old (rbdfence host step protocol %d, older than %d): it would fence the copy there without asking %s whether the migration completed; fix: %s; then see where one-%d runs (virsh list --all on %s and %s) and run onevm recover",
+		host, p, hoststep.FailmigrateVersion, m.a.Src, hoststep.Fix, m.a.VM, m.a.Src, m.a.Dst)
 	fe.Final = true
 	return fe
 }
 
-// trimVMPrefix drops a leading "VM <vm>: " from msg (host answers and
-// nested errors carry it already; one is enough).
+// trimVMPrefix drops a leading "VM <vm>: " from msg: host answers
+// (internal/engine's errors) carry it, and the line that relays one names
+// the VM already (oned shows the ERROR on the VM; a log line has its id).
 func trimVMPrefix(vm int, msg string) string {
 	p := "VM " + strconv.Itoa(vm) + ": "
 	for strings.HasPrefix(msg, p) {

@@ -3,7 +3,6 @@ package frontend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -60,7 +59,7 @@ func (e *Env) readVM(ctx context.Context, id int) (*opennebula.VMInfo, error) {
 	o := e.Cfg.OpenNebula
 	client, err := opennebula.New(o.Endpoint, o.AuthFile, time.Duration(e.Cfg.Timeouts.Oned))
 	if err != nil {
-		return nil, errorf(outcome.Usage, id, "VM %d: cannot read it from oned: %v (check opennebula.endpoint and opennebula.auth_file)", id, err)
+		return nil, errorf(outcome.Usage, id, "cannot read the VM from oned: %v (check opennebula.endpoint and opennebula.auth_file)", err)
 	}
 	octx, cancel := context.WithTimeout(ctx, time.Duration(e.Cfg.Timeouts.Oned))
 	defer cancel()
@@ -69,11 +68,11 @@ func (e *Env) readVM(ctx context.Context, id int) (*opennebula.VMInfo, error) {
 	case err == nil:
 		return vm, nil
 	case errors.Is(err, opennebula.ErrNotFound):
-		return nil, errorf(outcome.Usage, id, "VM %d does not exist in oned (%v)", id, err)
+		return nil, errorf(outcome.Usage, id, "the VM does not exist in oned (%v)", err)
 	case errors.Is(err, opennebula.ErrUnreachable), errors.Is(err, opennebula.ErrAuthentication), errors.Is(err, opennebula.ErrAuthorization):
-		return nil, errorf(outcome.Unavailable, id, "VM %d: cannot read its disks from oned: %v", id, err)
+		return nil, errorf(outcome.Unavailable, id, "cannot read the VM's disks from oned: %v", err)
 	}
-	return nil, errorf(outcome.Failure, id, "VM %d: cannot read its disks from oned: %v", id, err)
+	return nil, errorf(outcome.Failure, id, "cannot read the VM's disks from oned: %v", err)
 }
 
 // Prestart claims VM in.VM for this start and fences every foreign client
@@ -107,12 +106,13 @@ func (e *Env) prepareStart(ctx context.Context, in StartInput) (*StartResult, *h
 	}
 	if in.Host != "" {
 		if err := checkHost("host", in.Host); err != nil {
-			return nil, nil, errorf(outcome.Usage, in.VM, "VM %d: %v", in.VM, err)
+			return nil, nil, errorf(outcome.Usage, in.VM, "%v", err)
 		}
 	}
 	vm, err := e.readVM(ctx, in.VM)
 	if err != nil {
-		res, err = e.failOpen(res, err)
+		// No host was asked: nothing was fenced.
+		res, err = e.failOpen(res, headed(err, "rbdfence could not check the "+startWhatIn(in)+", nothing fenced"))
 		return res, nil, err
 	}
 	res.VM = vm
@@ -120,10 +120,10 @@ func (e *Env) prepareStart(ctx context.Context, in StartInput) (*StartResult, *h
 		res.Host = vm.Host
 	}
 	if res.Host == "" {
-		return nil, nil, errorf(outcome.Usage, in.VM, "VM %d has no host yet (no HISTORY record) and none was given", in.VM)
+		return nil, nil, errorf(outcome.Usage, in.VM, "the VM has no host yet (no HISTORY record) and none was given")
 	}
 	if err := checkHost("host", res.Host); err != nil {
-		return nil, nil, errorf(outcome.Usage, in.VM, "VM %d: %v", in.VM, err)
+		return nil, nil, errorf(outcome.Usage, in.VM, "%v", err)
 	}
 	if vm.Host != "" && vm.Host != res.Host {
 		e.Log.Info("oned places VM %d on %s, the start is on %s: checking for %s", in.VM, vm.Host, res.Host, res.Host)
@@ -161,23 +161,27 @@ func identify(req *hoststep.Request, vm *opennebula.VMInfo) {
 
 // finishStart takes the start step's answer (resp, or the error that no
 // answer came): it logs and records what was fenced and returns the
-// refusal, or res when the start may go on.
+// refusal, or res when the start may go on. The refusal's line starts
+// with what happened and what was fenced: "rbdfence refused the start,
+// nothing fenced: <the host's reason>" (the start's host is the VM's in
+// oned; the host's reason names what it is about).
 func (e *Env) finishStart(res *StartResult, req *hoststep.Request, resp *hoststep.Response, err error) (*StartResult, error) {
 	if err != nil {
-		return e.failOpen(res, err)
+		// No answer: what the host did is not known here.
+		return e.failOpen(res, headed(err, "rbdfence could not check the "+startWhat(req)))
 	}
 	res.Response = resp
 	if resp.OK {
-		e.summarize(resp, req.VM)
+		e.summarize(resp)
 	}
 	e.record(resp, "prestart", e.local(anywhere))
 	if !resp.OK {
 		kind := resp.Kind
-		msg := fmt.Sprintf("VM %d: start on %s refused by rbdfence: %s", req.VM, res.Host, resp.Error)
+		head := "rbdfence refused the "
 		if kind == outcome.Unavailable || kind == outcome.Usage {
-			msg = fmt.Sprintf("VM %d: rbdfence cannot check the start on %s: %s", req.VM, res.Host, resp.Error)
+			head = "rbdfence could not check the "
 		}
-		return e.failOpen(res, errorf(kind, req.VM, "%s", msg))
+		return e.failOpen(res, errorf(kind, req.VM, "%s%s, %s: %s", head, startWhat(req), fencedNote(resp), trimVMPrefix(req.VM, resp.Error)))
 	}
 	return res, nil
 }
@@ -192,6 +196,11 @@ func (e *Env) failOpen(res *StartResult, err error) (*StartResult, error) {
 	e.Log.Error("%s; starting anyway because fence.fail_open is set", fe.Msg)
 	res.FailedOpen = true
 	return res, nil
+}
+
+// startWhatIn is startWhat of a start not yet asked of a host.
+func startWhatIn(in StartInput) string {
+	return startWhat(&hoststep.Request{Restore: in.Restore})
 }
 
 // skippedNote lists why DISKs were not checked, for the log.
@@ -241,16 +250,14 @@ func (e *Env) record(resp *hoststep.Response, source string, hostWroteAudit bool
 }
 
 // summarize logs what a successful step did.
-func (e *Env) summarize(resp *hoststep.Response, vm int) {
+func (e *Env) summarize(resp *hoststep.Response) {
 	if resp.Handover {
-		e.Log.Info("VM %d: live-migration handover open: nothing fenced", vm)
+		e.Log.Info("live-migration handover open: nothing fenced")
 	}
-	fenced := 0
 	for _, r := range resp.Audit {
 		if r.Result != "ok" {
 			continue
 		}
-		fenced++
 		exp := ""
 		if !r.Expire.IsZero() {
 			exp = ", blocklisted until " + r.Expire.UTC().Format(time.RFC3339)
@@ -274,7 +281,7 @@ func (e *Env) summarize(resp *hoststep.Response, vm int) {
 	if len(shared) > 0 {
 		e.Log.Info("shareable image(s) not fenced: %s", strings.Join(shared, ", "))
 	}
-	e.Log.Info("VM %d: %d image(s) checked, %d client(s) fenced", vm, len(resp.Report.Images), fenced)
+	e.Log.Info("%d image(s) checked, %d client(s) fenced", len(resp.Report.Images), fencedClients(resp))
 }
 
 func orUnknown(s string) string {

@@ -57,10 +57,10 @@ func Restore(ctx context.Context, e *Env, args []string, stdin io.Reader) error 
 	}
 	root, err := xmlRoot(msg)
 	if err != nil {
-		return errorf(outcome.Usage, a.VM, "VM %d: driver action on stdin: %v; nothing was restored", a.VM, err)
+		return errorf(outcome.Usage, a.VM, "driver action on stdin: %v; nothing was restored", err)
 	}
 	if root != "VMM_DRIVER_ACTION_DATA" {
-		return errorf(outcome.Usage, a.VM, "VM %d: stdin is a <%s> document, want <VMM_DRIVER_ACTION_DATA>; nothing was restored", a.VM, clip(root))
+		return errorf(outcome.Usage, a.VM, "stdin is a <%s> document, want <VMM_DRIVER_ACTION_DATA>; nothing was restored", clip(root))
 	}
 	pctx, cancel := context.WithTimeout(ctx, time.Duration(e.Cfg.Timeouts.Oned))
 	res, req, err := e.prepareStart(pctx, StartInput{VM: a.VM, Host: a.Host, Seq: -1, Restore: true})

@@ -66,7 +66,7 @@ func (e *Env) startThenRun(ctx context.Context, res *StartResult, req *hoststep.
 	}
 	code, err := e.remoteAction(ctx, res.Host, remote, act.stdin, act.stdout, e.Stderr)
 	if err != nil {
-		return -1, errorf(outcome.Failure, act.vm, "VM %d: remote %s on %s: %v", act.vm, act.what, res.Host, err)
+		return -1, errorf(outcome.Failure, act.vm, "remote %s on %s: %v", act.what, res.Host, err)
 	}
 	if code == 0 {
 		e.recordInstance(ctx, res)
@@ -89,14 +89,14 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 	v.Version = hoststep.Version
 	body, err := json.Marshal(&v)
 	if err != nil {
-		return -1, false, errorf(outcome.Failure, vm, "VM %d: encoding the %s request: %v", vm, req.Op, err)
+		return -1, false, errorf(outcome.Failure, vm, "encoding the %s request: %v", req.Op, err)
 	}
 	rec := v
 	rec.Op = hoststep.OpRecord
 	rec.Instance, rec.Restore = 0, false // as recordInstance's: the claim keeps the start's
 	recBody, err := json.Marshal(&rec)
 	if err != nil {
-		return -1, false, errorf(outcome.Failure, vm, "VM %d: encoding the record request: %v", vm, err)
+		return -1, false, errorf(outcome.Failure, vm, "encoding the record request: %v", err)
 	}
 	hostCfg := ""
 	if c := e.Cfg.OpenNebula.HostConfig; c != config.DefaultPath {
@@ -108,7 +108,7 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 	}
 	argv, err := e.sshArgv(res.Host, remote)
 	if err != nil {
-		return -1, false, errorf(outcome.Usage, vm, "VM %d: %v", vm, err)
+		return -1, false, errorf(outcome.Usage, vm, "%v", err)
 	}
 	var frame bytes.Buffer
 	_ = hoststep.WriteRequestFrame(&frame, body)
@@ -180,11 +180,11 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 		perr = fmt.Errorf("answers op %q", resp.Op)
 	}
 	if perr != nil {
-		nerr := errorf(outcome.Unavailable, vm, "VM %d: the %s step on %s gave no valid answer: %v", vm, req.Op, where, perr)
+		nerr := errorf(outcome.Unavailable, vm, "the %s step on %s gave no valid answer: %v", req.Op, where, perr)
 		if _, err := e.finishStart(res, req, nil, nerr); err != nil {
 			return -1, false, err
 		}
-		return -1, false, errorf(outcome.Failure, vm, "VM %d: the %s step on %s gave no valid answer and the session ended (exit %d)", vm, req.Op, where, code)
+		return -1, false, errorf(outcome.Failure, vm, "the %s step on %s gave no valid answer and the session ended (exit %d)", req.Op, where, code)
 	}
 	if serr := startVersions(res.Host, resp); serr != nil {
 		// The host step refused (its hook or itself reads an older claim
@@ -192,7 +192,7 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 		// to 0300e58), or admitted with versions that say otherwise (then
 		// FrameAdmits sent no GoLine): nothing ran.
 		e.record(resp, "prestart", false)
-		return -1, false, skewError(vm, "start", serr)
+		return -1, false, skewError(vm, startWhat(req), serr, resp)
 	}
 	if resp.OK && stepTimedOut.Load() {
 		// The answer came after the budget: the action was not run (no
@@ -218,10 +218,10 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 		return -1, false, err
 	}
 	if rerr != nil {
-		return -1, false, errorf(outcome.Failure, vm, "VM %d: remote %s on %s: %v", vm, act.what, res.Host, rerr)
+		return -1, false, errorf(outcome.Failure, vm, "remote %s on %s: %v", act.what, res.Host, rerr)
 	}
 	if code == 0 {
-		e.Log.Info("VM %d: %s records the new instance's client addresses in the background (a failure is logged there: audit log and syslog)", vm, res.Host)
+		e.Log.Info("%s records the new instance's client addresses in the background (a failure is logged there: audit log and syslog)", res.Host)
 	}
 	return code, false, nil
 }
@@ -367,7 +367,7 @@ func (e *Env) actionAlone(ctx context.Context, res *StartResult, act remoteStart
 	}
 	code, err := e.remoteAction(ctx, res.Host, remote, act.stdin, act.stdout, e.Stderr)
 	if err != nil {
-		return -1, errorf(outcome.Failure, act.vm, "VM %d: remote %s on %s: %v", act.vm, act.what, res.Host, err)
+		return -1, errorf(outcome.Failure, act.vm, "remote %s on %s: %v", act.what, res.Host, err)
 	}
 	return code, nil
 }
@@ -418,7 +418,7 @@ func (e *Env) copyVMDirFiles(ctx context.Context, vm int, host, remoteDir string
 			err = fmt.Errorf("exit %d: %s", code, orDash(lastLine(stderr.buf.Bytes())))
 		}
 		if err != nil {
-			return errorf(outcome.Failure, vm, "VM %d: cannot write %s/%s on %s: %v", vm, remoteDir, f.name, host, err)
+			return errorf(outcome.Failure, vm, "cannot write %s/%s on %s: %v", remoteDir, f.name, host, err)
 		}
 	}
 	return nil
@@ -451,5 +451,5 @@ func (e *Env) recordInstance(ctx context.Context, res *StartResult) {
 	if resp.Claim != nil {
 		n = len(resp.Claim.Addrs)
 	}
-	e.Log.Info("VM %d: recorded %d client address(es) of the instance on %s", res.VM.ID, n, res.Host)
+	e.Log.Info("recorded %d client address(es) of the instance on %s", n, res.Host)
 }

@@ -223,7 +223,7 @@ func TestOneSession(t *testing.T) {
 		{name: "older host binary", old: true, wantFallback: true},
 		// The host step refused: the hook beside it reads an older claim format.
 		{name: "old hook", answer: `{"op":"start","ok":false,"kind":"ceph","error":"host node1: its libvirt hook ...","version":4,"versions":` + oldHookVersions + `}`,
-			code: 3, wantErr: true, wantSkew: "its libvirt hook /usr/lib/rbdfence/bin/rbdfence-hook (0300e58) reads claim format 1"},
+			code: 3, wantErr: true, wantSkew: "host node1's libvirt hook /usr/lib/rbdfence/bin/rbdfence-hook (0300e58) reads claim format 1"},
 		// A host binary of 0300e58 rejects the claim format flag (framed: it knows --framed).
 		{name: "0300e58 host step", answer: `{"ok":false,"kind":"usage","error":"host: flag provided but not defined: -min-claim-format (try: rbdfence help)"}`,
 			code: 2, wantErr: true, wantSkew: "reports no versions"},
@@ -289,7 +289,7 @@ func TestOneSession(t *testing.T) {
 			if tc.wantSkew != "" {
 				var fe *Error
 				if !errors.As(err, &fe) || fe.Kind != outcome.Unavailable || !fe.Final || !strings.Contains(fe.Msg, tc.wantSkew) ||
-					!strings.Contains(fe.Msg, "VM 42: rbdfence refuses the start: host node1: ") || !strings.Contains(fe.Msg, "; fix: upgrade the rbdfence and rbdfence-host packages on node1") {
+					!strings.HasPrefix(fe.Msg, "rbdfence refused the start, nothing fenced: host node1's ") || !strings.Contains(fe.Msg, "; fix: upgrade the rbdfence and rbdfence-host packages on node1") {
 					t.Errorf("error %v, want the refusal with the fix", err)
 				}
 			} else if tc.wantErr {

@@ -81,7 +81,7 @@ func (f *fe) migrateUnder(sysTM string, vm int, src, dst string) (result, string
 		steps = append(steps, s.Kind+" "+s.Script)
 	}
 	f.t.Logf("migration under a %s system datastore: %s; migrate-rbdfence took %s:\n%s", sysTM, strings.Join(steps, ", "), vmmRun.took, vmmRun.stderr)
-	if strings.Contains(vmmRun.stderr, fmt.Sprintf("VM %d: VM %d:", vm, vm)) {
+	if strings.Contains(vmmRun.stderr, fmt.Sprintf("VM %d: VM %d:", vm, vm)) || strings.Contains(vmmRun.stderr, fmt.Sprintf("rbdfence: VM %d: ", vm)) {
 		f.t.Errorf("doubled prefix:\n%s", vmmRun.stderr)
 	}
 	return vmmRun, xml
@@ -254,7 +254,8 @@ func TestPremigrateFailureAbortsMigration(t *testing.T) {
 	vm, specs := f.vmWithCeph(a.Name, f.hs.BridgeIP+":6999", f.keyFile())
 	f.migrating(vm, 0, a.Name, b.Name, specs)
 	r, _ := f.migrateRun(vm, a.Name, b.Name)
-	if r.code != 3 || len(r.plainLines()) != 1 || !strings.Contains(r.plainLines()[0], "the migration was not started") {
+	if r.code != 3 || len(r.plainLines()) != 1 || !strings.HasPrefix(r.plainLines()[0], "rbdfence could not prepare the migration, nothing fenced: premigrate on "+a.Name+": ") ||
+		!strings.Contains(r.plainLines()[0], "the migration was not started") {
 		t.Fatalf("exit %d, want 3 with one plain line:\n%s", r.code, r.stderr)
 	}
 	if n := len(f.calls("migrate")); n != 0 {

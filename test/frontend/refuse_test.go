@@ -29,8 +29,16 @@ func wantRefused(t *testing.T, f *fe, r result, code int, says ...string) {
 	if len(plain) != 1 {
 		t.Fatalf("want exactly one plain stderr line (the VM's ERROR), got %d:\n%s", len(plain), r.stderr)
 	}
+	// oned shows the line on the VM and keeps its first 100 characters
+	// (VirtualMachine.cc:3092-3097 of 7.4.0): no "VM <id>: ", the
+	// headline ("rbdfence ...") first.
+	if strings.HasPrefix(plain[0], "VM ") {
+		t.Errorf("error line %q starts with the VM", plain[0])
+	}
 	for _, s := range says {
-		if !strings.Contains(plain[0], s) {
+		if strings.HasPrefix(s, "rbdfence ") && !strings.HasPrefix(plain[0], s) {
+			t.Errorf("error line %q does not start with %q", plain[0], s)
+		} else if !strings.Contains(plain[0], s) {
 			t.Errorf("error line %q does not say %q", plain[0], s)
 		}
 	}
@@ -66,7 +74,7 @@ func TestRefusals(t *testing.T) {
 	t.Run("ceph unreachable", func(t *testing.T) {
 		vm, specs := f.vmWithCeph(a.Name, f.hs.BridgeIP+":6999", f.ceph.Keyring)
 		r := f.deployVM(vm, 0, a.Name, specs)
-		wantRefused(t, f, r, 3, fmt.Sprintf("VM %d", vm), "cannot check")
+		wantRefused(t, f, r, 3, "rbdfence could not check the start, nothing fenced: ")
 		// host.yaml: timeouts.connect 5s; the whole refusal stays well
 		// within the front-end's timeouts.total (90s).
 		if r.took > 30*time.Second {
@@ -84,7 +92,7 @@ func TestRefusals(t *testing.T) {
 		vm, specs := f.vmWithCeph(a.Name, f.ceph.Mon, bad)
 		f.createImage(specs[0].image)
 		r := f.deployVM(vm, 0, a.Name, specs)
-		wantRefused(t, f, r, 3, fmt.Sprintf("VM %d", vm))
+		wantRefused(t, f, r, 3, "rbdfence could not check the start, nothing fenced: ")
 		if strings.Contains(r.stderr, strings.TrimSpace(string(key))) {
 			t.Fatal("the key is in the error output")
 		}
@@ -112,6 +120,10 @@ func TestRefusals(t *testing.T) {
 		}
 		if r.code != 4 || len(r.plainLines()) != 1 || !strings.Contains(r.plainLines()[0], "claimed by host "+b.Name) {
 			t.Fatalf("exit %d, want 4 and one line naming %s:\n%s", r.code, b.Name, r.stderr)
+		}
+		// What oned keeps of it (its first 100 characters) says it all.
+		if l := r.plainLines()[0]; !strings.HasPrefix(l[:min(len(l), 100)], "rbdfence refused the start, nothing fenced: deploy #5 was claimed by host "+b.Name) {
+			t.Errorf("the refusal's first 100 characters: %q", l[:min(len(l), 100)])
 		}
 		// An older deploy (#4) is refused too: never fence a newer instance.
 		r = f.deployVM(vm, 4, a.Name, specs)
