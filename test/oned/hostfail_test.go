@@ -32,6 +32,20 @@ func TestHostFailures(t *testing.T) {
 	}
 }
 
+// TestOpenNebula6HostFailure (row "host failure", issue 19 item 4): the HA
+// hook on 6.10.5's oned, as on 7.4.0 (testHostErrorHookFencesAndReschedules:
+// `onehook create` of the host_error.hook install.sh frontend ships, the
+// host cut off, host_error.rb's 2 x 60 s, `rbdfence fence-host`, the
+// reschedule), on fe610's own victim host, beside the 7.4.0 tests: its
+// wait is host_error.rb's pause (6.10.5: share/hooks/ft/host_error.rb:
+// 181-203, MONITORING_INTERVAL_HOST times -p). It is declared right after
+// TestHostFailures so that the two long parallel tests take the two
+// parallel slots first and the short tests fill them after.
+func TestOpenNebula6HostFailure(t *testing.T) {
+	t.Parallel()
+	testHostErrorHookFencesAndReschedules(t, Start(t, "fe610"))
+}
+
 // cutHost cuts host h off the front-end's network while its path to Ceph
 // stays (hosts.sh cut: oned's ssh and monitoring no longer reach it; its
 // libvirtd and QEMUs go on). At cleanup the VM's domain there is destroyed

@@ -256,19 +256,37 @@ func testSuspendResume(t *testing.T, s *Stack) {
 // has its collision event, and the guest writes on the new host.
 func TestUndeployResumeElsewhere(t *testing.T) {
 	t.Parallel()
-	testUndeployResumeElsewhere(t, Start(t, "fe74"))
+	testResumeElsewhere(t, Start(t, "fe74"), "undeploy")
 }
 
-func testUndeployResumeElsewhere(t *testing.T, s *Stack) {
+// TestStopResumeElsewhere (row "restore", from STOPPED): as above with
+// `onevm stop`: the guest's memory is saved and the VM's directory moved to
+// the front-end (the Ceph TM's mv, over ssh to fe74's sshd); the resume
+// moves it to the other host (PROLOG_RESUME) and runs restore-rbdfence
+// there, which fences the stale client before OpenNebula's restore.
+func TestStopResumeElsewhere(t *testing.T) {
+	t.Parallel()
+	testResumeElsewhere(t, Start(t, "fe74"), "stop")
+}
+
+// testResumeElsewhere: leave (how: "undeploy" --hard or "stop") a running
+// VM's host A with a zombie of its persistent disk there, resume it on B.
+func testResumeElsewhere(t *testing.T, s *Stack, how string) {
 	a, b := s.Hosts[0], s.Hosts[1]
-	img := s.NewImage(t, "undeploy", true)
-	vm := s.NewVM(t, VMTemplate("undeploy", img)+`SCHED_REQUIREMENTS = "NAME = \"`+b.Name+`\""`+"\n")
+	img := s.NewImage(t, how, true)
+	vm := s.NewVM(t, VMTemplate(how, img)+`SCHED_REQUIREMENTS = "NAME = \"`+b.Name+`\""`+"\n")
 	s.One(t, "onevm", "deploy", strconv.Itoa(vm), a.Name, strconv.Itoa(s.SystemDS))
 	s.WaitRunning(t, vm)
-	s.One(t, "onevm", "undeploy", "--hard", strconv.Itoa(vm))
-	s.WaitVM(t, vm, "UNDEPLOYED", CmdTimeout, func(v *VM) bool { return v.State == StateUndeploy })
+	state, what := StateUndeploy, "UNDEPLOYED"
+	args := []string{"onevm", "undeploy", "--hard", strconv.Itoa(vm)}
+	if how == "stop" {
+		state, what = StateStopped, "STOPPED"
+		args = []string{"onevm", "stop", strconv.Itoa(vm)}
+	}
+	s.One(t, args...)
+	s.WaitVM(t, vm, what, CmdTimeout, func(v *VM) bool { return v.State == state })
 	if st := s.DomainState(t, a, vm); st != "" {
-		t.Fatalf("one-%d on %s after undeploy: %q, want no domain", vm, a.Name, st)
+		t.Fatalf("one-%d on %s after %s: %q, want no domain", vm, a.Name, how, st)
 	}
 	z := testenv.StartZombieOn(t, s.Ceph, a.Net(), img.Source, "write")
 	z.WaitWrite(t, true, 30*time.Second)
@@ -276,6 +294,9 @@ func testUndeployResumeElsewhere(t *testing.T, s *Stack) {
 	v := s.WaitRunning(t, vm)
 	if v.Host() != b.Name {
 		t.Fatalf("VM %d resumed on %s, want %s", vm, v.Host(), b.Name)
+	}
+	if how == "stop" && !strings.Contains(s.VMLog(t, vm), "restored on "+b.Name) {
+		t.Fatalf("VM %d's log does not show rbdfence's restore on %s:\n%s", vm, b.Name, s.VMLog(t, vm))
 	}
 	if ev := z.WaitWrite(t, false, 30*time.Second); ev.Errno != 108 {
 		t.Fatalf("the stale client's next write after the resume: errno %d, want 108 (blocklisted)", ev.Errno)

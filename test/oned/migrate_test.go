@@ -1,8 +1,10 @@
 package oned
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -86,5 +88,103 @@ func TestFailedLiveMigrationFencesCopy(t *testing.T) {
 		if s.Blocklisted(t, c) {
 			t.Fatalf("the migrated QEMU's client %s on %s was blocklisted", c, b.Name)
 		}
+	}
+}
+
+// TestRecoverDuringLiveMigration (row "recover --success / --failure"): a
+// live migration hangs in B's libvirtd (a qemu hook of B's holds the
+// incoming domain at `migrate begin` for a while), and while oned shows the
+// VM in MIGRATE the admin decides with `onevm recover`: oned runs no driver
+// for it (src/lcm/LifeCycleActions.cc:1454-1477 of release-7.4.0: --success
+// is the deploy's success, RUNNING on B; --failure its failure, reverted to
+// RUNNING on A) while rbdfence's migrate action goes on. When libvirt lets
+// the migration go on (success) or refuses it (failure), the action closes
+// the window as the migration really ended: the guest runs and writes where
+// libvirt put it, nothing of it is fenced, and the next live migration,
+// from there, hands over (the claim follows the VM, not oned's guess).
+func TestRecoverDuringLiveMigration(t *testing.T) {
+	t.Parallel()
+	s := Start(t, "fe74")
+	for _, c := range []struct {
+		how  string
+		code int // the hook's exit after the hold: 0 lets the migration go on
+	}{{"success", 0}, {"failure", 1}} {
+		t.Run(c.how, func(t *testing.T) { testRecoverDuringLiveMigration(t, s, c.how, c.code) })
+	}
+}
+
+func testRecoverDuringLiveMigration(t *testing.T, s *Stack, how string, code int) {
+	a, b := s.Hosts[0], s.Hosts[1]
+	vm, img, _ := s.DeployNew(t, "recover-"+how, true, a)
+	id := strconv.Itoa(vm)
+	hold := s.hostFS(b, "etc-libvirt/hooks/qemu.d/90-test-hold-one-"+id)
+	held := hold + ".held"
+	body := fmt.Sprintf("#!/bin/sh\ncat >/dev/null\n[ \"$1\" = one-%d ] && [ \"$2\" = migrate ] && { : > /etc/libvirt/hooks/qemu.d/90-test-hold-one-%d.held; sleep 12; exit %d; }\nexit 0\n", vm, vm, code)
+	if err := os.WriteFile(hold, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(hold); _ = os.Remove(held) })
+
+	s.One(t, "onevm", "migrate", "--live", id, b.Name)
+	s.WaitVM(t, vm, "in MIGRATE, held by "+b.Name+"'s libvirtd", CmdTimeout, func(v *VM) bool {
+		_, err := os.Stat(held)
+		return v.LCM == LCMMigrate && err == nil
+	})
+	s.One(t, "onevm", "recover", "--"+how, id)
+	want, other := b, a
+	if how == "failure" {
+		want, other = a, b
+	}
+	s.WaitVM(t, vm, "RUNNING on "+want.Name+" right after recover --"+how, 10*time.Second, func(v *VM) bool {
+		return v.Running() && v.Host() == want.Name
+	})
+	waitActionEnd(t, "migrate-rbdfence", "one-"+id)
+	if st := s.DomainState(t, want, vm); st != "running" {
+		t.Fatalf("one-%d on %s after recover --%s and the migration's end: %q, want running", vm, want.Name, how, st)
+	}
+	if st := s.DomainState(t, other, vm); st != "" {
+		t.Fatalf("one-%d on %s after recover --%s and the migration's end: %q, want no domain", vm, other.Name, how, st)
+	}
+	if !s.GuestWrite(t, want, vm, 0xc4) {
+		t.Fatalf("the guest of VM %d cannot write on %s", vm, want.Name)
+	}
+	for _, c := range s.Watchers(t, img.Source) {
+		if s.Blocklisted(t, c) {
+			t.Fatalf("VM %d's client %s was blocklisted", vm, c)
+		}
+	}
+	// The next live migration starts where the VM is: the claim agrees.
+	if err := os.Remove(hold); err != nil {
+		t.Fatal(err)
+	}
+	s.One(t, "onevm", "migrate", "--live", id, other.Name)
+	s.WaitVM(t, vm, "RUNNING on "+other.Name, CmdTimeout, func(v *VM) bool { return v.MigratedTo(other.Name) })
+	if !s.GuestWrite(t, other, vm, 0xc5) {
+		t.Fatalf("the guest of VM %d cannot write on %s after the next migration", vm, other.Name)
+	}
+}
+
+// waitActionEnd waits until no driver action of the VM whose deploy id is
+// dom runs on the front-end (its processes are the machine's: the
+// front-end has a mount namespace of its own, not a PID one), at most a
+// minute.
+func waitActionEnd(t *testing.T, action, dom string) {
+	t.Helper()
+	// "[m]igrate-rbdfence": the pattern does not match its own text
+	pattern := "[" + action[:1] + "]" + action[1:] + " " + dom + " "
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := exec.Command("pgrep", "-f", pattern).Run()
+		var xe *exec.ExitError
+		if errors.As(err, &xe) && xe.ExitCode() == 1 {
+			return // no such process
+		}
+		if err != nil {
+			t.Fatalf("pgrep -f %q: %v", pattern, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s of %s still runs after a minute", action, dom)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }

@@ -31,15 +31,3 @@ func TestOpenNebula6(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, s) })
 	}
 }
-
-// TestOpenNebula6HostFailure (row "host failure", issue 19 item 4): the HA
-// hook on 6.10.5's oned, as on 7.4.0 (testHostErrorHookFencesAndReschedules:
-// `onehook create` of the host_error.hook install.sh frontend ships, the
-// host cut off, host_error.rb's 2 x 60 s, `rbdfence fence-host`, the
-// reschedule), on fe610's own victim host, beside the 7.4.0 tests: its
-// wait is host_error.rb's pause (6.10.5: share/hooks/ft/host_error.rb:
-// 181-203, MONITORING_INTERVAL_HOST times -p).
-func TestOpenNebula6HostFailure(t *testing.T) {
-	t.Parallel()
-	testHostErrorHookFencesAndReschedules(t, Start(t, "fe610"))
-}

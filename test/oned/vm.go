@@ -77,6 +77,7 @@ const (
 	StateUndeploy  = 9
 
 	LCMRunning             = 3
+	LCMMigrate             = 4
 	LCMUnknown             = 16
 	LCMBootFailure         = 36
 	LCMBootUndeployFailure = 47
