@@ -138,7 +138,7 @@ func testRecoverDuringLiveMigration(t *testing.T, s *Stack, how string, code int
 	s.WaitVM(t, vm, "RUNNING on "+want.Name+" right after recover --"+how, 10*time.Second, func(v *VM) bool {
 		return v.Running() && v.Host() == want.Name
 	})
-	waitActionEnd(t, "migrate-rbdfence", "one-"+id)
+	waitActionEnd(t, vm, a.Name, b.Name)
 	if st := s.DomainState(t, want, vm); st != "running" {
 		t.Fatalf("one-%d on %s after recover --%s and the migration's end: %q, want running", vm, want.Name, how, st)
 	}
@@ -164,27 +164,33 @@ func testRecoverDuringLiveMigration(t *testing.T, s *Stack, how string, code int
 	}
 }
 
-// waitActionEnd waits until no driver action of the VM whose deploy id is
-// dom runs on the front-end (its processes are the machine's: the
-// front-end has a mount namespace of its own, not a PID one), at most a
-// minute.
-func waitActionEnd(t *testing.T, action, dom string) {
+// waitActionEnd waits until the migrate action of VM vm from src to dst
+// (migrate-rbdfence <deploy_id> <dst> <src> <vmid> <src>; the deploy id is
+// the domain's UUID in 7.4.0) no longer runs on the front-end (its
+// processes are the machine's: the front-end has a mount namespace of its
+// own, not a PID one), at most a minute.
+func waitActionEnd(t *testing.T, vm int, src, dst string) {
 	t.Helper()
 	// "[m]igrate-rbdfence": the pattern does not match its own text
-	pattern := "[" + action[:1] + "]" + action[1:] + " " + dom + " "
+	pattern := fmt.Sprintf("[m]igrate-rbdfence [^ ]+ %s %s %d %s", dst, src, vm, src)
+	seen := false
 	deadline := time.Now().Add(time.Minute)
 	for {
 		err := exec.Command("pgrep", "-f", pattern).Run()
 		var xe *exec.ExitError
-		if errors.As(err, &xe) && xe.ExitCode() == 1 {
-			return // no such process
-		}
-		if err != nil {
+		switch {
+		case errors.As(err, &xe) && xe.ExitCode() == 1:
+			if seen {
+				return // it ran and ended
+			}
+		case err != nil:
 			t.Fatalf("pgrep -f %q: %v", pattern, err)
+		default:
+			seen = true
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s of %s still runs after a minute", action, dom)
+			t.Fatalf("the migrate action of VM %d (%s -> %s): running %v after a minute (pattern %q)", vm, src, dst, seen, pattern)
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 	}
 }
