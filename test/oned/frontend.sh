@@ -203,7 +203,7 @@ fe_start() {
 	fi
 	if ! pgrep -f "^$L/bin/oned" >/dev/null; then
 		rm -f "$L/var/.lock"
-		( cd "$L/var" && daemon env -i "${env[@]}" setsid "$L/bin/oned" -f >>"$L/var/oned.stdout" 2>&1 </dev/null & )
+		( cd "$L/var" && daemon_exec env -i "${env[@]}" setsid "$L/bin/oned" -f >>"$L/var/oned.stdout" 2>&1 </dev/null & )
 	fi
 	for i in $(seq 1 600); do
 		if env -i "${env[@]}" timeout 10 "$L/bin/oneuser" show 0 >/dev/null 2>&1; then break; fi
@@ -218,7 +218,7 @@ fe_start() {
 		sleep 0.1
 	done
 	if [ -x "$L/bin/mm_sched" ] && ! pgrep -f "^$L/bin/mm_sched" >/dev/null; then
-		( cd "$L/var" && daemon env -i "${env[@]}" setsid "$L/bin/mm_sched" >>"$L/var/sched.stdout" 2>&1 </dev/null & )
+		( cd "$L/var" && daemon_exec env -i "${env[@]}" setsid "$L/bin/mm_sched" >>"$L/var/sched.stdout" 2>&1 </dev/null & )
 	fi
 	if ! pgrep -f "$L/lib/onehem/onehem-server.rb" >/dev/null; then
 		daemon env -i "${env[@]}" "$L/bin/onehem-server" start >>"$L/var/onehem.stdout" 2>&1 </dev/null ||

@@ -30,14 +30,21 @@ die() {
 # daemon CMD...: run CMD with no descriptor above 2 inherited (a daemon
 # keeps what it inherits: our locks, the caller's pipes).
 daemon() {
-	(
-		local fd
-		for fd in /proc/self/fd/*; do
-			fd=${fd##*/}
-			((fd > 2)) && eval "exec $fd>&-" 2>/dev/null
-		done
-		exec "$@"
-	)
+	(daemon_exec "$@")
+}
+
+# daemon_exec CMD...: close every descriptor above 2, then become CMD. For
+# a daemon started in the background, `( daemon_exec CMD & )`: with daemon
+# there, the background bash that waits for its subshell would keep the
+# caller's descriptors as long as CMD runs (a flock on the machine lock
+# stayed held by a stack left up).
+daemon_exec() {
+	local fd
+	for fd in /proc/self/fd/*; do
+		fd=${fd##*/}
+		((fd > 2)) && eval "exec $fd>&-" 2>/dev/null
+	done
+	exec "$@"
 }
 
 # shadow DIR NAME=SRC...: inside a namespace, make DIR a tmpfs holding bind
