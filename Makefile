@@ -67,19 +67,21 @@ demo: deps build
 # bench: rbdfence check against its baselines on the test cluster (about a
 # minute). bench-oned: what rbdfence (local actions and hook) adds to a real
 # deploy and live migration under OpenNebula 7.4.0's own oned, against the
-# same oned without it (test/bench/onedbench, ONED_ROUNDS rounds; about a
-# minute plus 80 s a round on 2 cores, root, the test/oned stack:
+# same oned without it (test/bench/onedbench, ONED_ROUNDS rounds with
+# oned's ssh ONED_SSH: plain, mux (the packages' multiplexing) or both; about a
+# minute plus 80 s a round and ssh mode on 2 cores, root, the test/oned stack:
 # hold /tmp/rbdfence-machine.lock on a shared machine); it stops what it
 # started (make test-clean) whatever its result. Separate targets: the oned
-# one takes the machine's bridge, namespaces and test ports for about 15 minutes (10 rounds).
+# one takes the machine's bridge, namespaces and test ports for about 15 minutes a mode (10 rounds).
 # docs/PERFORMANCE.md has the figures of both.
 ONED_ROUNDS ?= 10
+ONED_SSH ?= both
 .PHONY: bench-oned
 bench: deps build
 	$(GO) run -tags $(TAGS) ./test/bench/checkbench
 
 bench-oned: deps build
-	$(GO) run -tags $(TAGS) ./test/bench/onedbench -rounds $(ONED_ROUNDS); rc=$$?; $(MAKE) --no-print-directory test-clean; exit $$rc
+	$(GO) run -tags $(TAGS) ./test/bench/onedbench -rounds $(ONED_ROUNDS) -ssh $(ONED_SSH); rc=$$?; $(MAKE) --no-print-directory test-clean; exit $$rc
 
 cluster-up:
 	bash test/ceph/cluster.sh start

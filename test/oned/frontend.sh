@@ -10,6 +10,9 @@
 #   test/oned/frontend.sh down           stop every front-end
 #   test/oned/frontend.sh exec FE CMD... run CMD on FE as root (oned's user)
 #   test/oned/frontend.sh oneadmin FE CMD...  ... as the uid oneadmin (9869)
+#   test/oned/frontend.sh sshmux FE on|off  the packages' ssh multiplexing
+#                                        for oned's drivers, from FE's next
+#                                        start (off: plain ssh, the default)
 #   test/oned/frontend.sh env FE         print FE's export lines
 #
 # FE is one of (ports: test ports, see README):
@@ -85,13 +88,16 @@ valid_fe() {
 
 # fe_env FE: the environment of FE's oneadmin (oned, drivers, CLI).
 fe_env() {
-	local fe=$1 L=$ONED_DIR/$1/one p=${PORT0[$1]}
+	local fe=$1 L=$ONED_DIR/$1/one p=${PORT0[$1]} mux=
+	# sshmux on: the packages' PATH (share/pkgs/services/systemd/
+	# opennebula.service in 7.4.0), the ssh wrapper's directory first
+	[ ! -e "$ONED_DIR/$fe/sshmux" ] || mux=$L/lib/sh/override:
 	echo "ONE_LOCATION=$L"
 	echo "ONE_AUTH=/root/.one/one_auth"
 	echo "ONE_XMLRPC=http://127.0.0.1:$p/RPC2"
 	echo "HOME=/root"
 	echo "USER=root"
-	echo "PATH=$L/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	echo "PATH=$mux$L/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	echo "LANG=C.UTF-8"
 }
 
@@ -201,6 +207,8 @@ fe_start() {
 		/usr/sbin/sshd -t -f "$ONED_DIR/$fe/sshd_config"
 		daemon /usr/sbin/sshd -f "$ONED_DIR/$fe/sshd_config" -E /var/log/sshd.log
 	fi
+	# ssh's master sockets when sshmux is on (ControlPath of the ssh config)
+	mkdir -p /run/one/ssh-socks
 	if ! pgrep -f "^$L/bin/oned" >/dev/null; then
 		rm -f "$L/var/.lock"
 		( cd "$L/var" && daemon_exec env -i "${env[@]}" setsid "$L/bin/oned" -f >>"$L/var/oned.stdout" 2>&1 </dev/null & )
@@ -291,12 +299,23 @@ main() {
 		mapfile -t env < <(fe_env "$fe" | sed -e 's|^ONE_AUTH=.*|ONE_AUTH=/var/lib/one/.one/one_auth|' -e 's|^HOME=.*|HOME=/var/lib/one|' -e 's|^USER=.*|USER=oneadmin|')
 		ns_exec "$fe" setpriv --reuid "$ONEADMIN_UID" --regid "$ONEADMIN_UID" --clear-groups env -i "${env[@]}" "$@"
 		;;
+	sshmux)
+		# on: oned and its drivers (rbdfence's actions among them) run with
+		# the packages' PATH, where OpenNebula's ssh wrapper multiplexes
+		# every ssh (ControlMaster auto, ControlPersist 70s), as on an
+		# installed front-end; off: plain ssh. Takes effect at the next
+		# start of FE.
+		[ $# -eq 2 ] && [[ $2 == on || $2 == off ]] || die "usage: $PROG sshmux FE on|off"
+		valid_fe "$1"
+		[ -x "$ONED_DIR/$1/one/lib/sh/override/ssh" ] || die "$1 has no ssh wrapper at $ONED_DIR/$1/one/lib/sh/override/ssh"
+		if [ "$2" = on ]; then : >"$ONED_DIR/$1/sshmux"; else rm -f "$ONED_DIR/$1/sshmux"; fi
+		;;
 	env)
 		[ $# -eq 1 ] || die "usage: $PROG env FE"
 		valid_fe "$1"
 		fe_env "$1" | sed 's/^/export /'
 		;;
-	*) die "usage: $PROG up FE|start FE|stop FE|down|exec FE CMD...|env FE" ;;
+	*) die "usage: $PROG up FE|start FE|stop FE|down|exec FE CMD...|oneadmin FE CMD...|sshmux FE on|off|env FE" ;;
 	esac
 }
 

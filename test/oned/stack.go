@@ -384,6 +384,20 @@ func (s *Stack) Restart(ctx context.Context) error {
 	return err
 }
 
+// SSHMux turns the packages' ssh multiplexing for oned's drivers on or off
+// (frontend.sh sshmux: OpenNebula's ssh wrapper first in oned's PATH, as
+// its systemd unit has it) and restarts oned so that its drivers get it.
+func (s *Stack) SSHMux(ctx context.Context, on bool) error {
+	arg := "off"
+	if on {
+		arg = "on"
+	}
+	if _, err := sh(ctx, "", "frontend.sh", "sshmux", s.FE, arg); err != nil {
+		return err
+	}
+	return s.Restart(ctx)
+}
+
 func (s *Stack) exec(ctx context.Context, args ...string) (string, error) {
 	return sh(ctx, "", "frontend.sh", append([]string{"exec", s.FE}, args...)...)
 }

@@ -32,7 +32,13 @@
 // rbdfence's share of the baseline and the median of the differences within
 // each round (both flavours ran there under the same load).
 //
-//	go run -tags pacific ./test/bench/onedbench -rounds 10
+// With -ssh both (the default) the rounds run twice: oned's drivers with
+// plain ssh, then with the packages' multiplexing (frontend.sh sshmux:
+// OpenNebula's ssh wrapper, share/ssh/bin/ssh, first in oned's PATH as its
+// systemd unit has it; every driver ssh, rbdfence's too, goes through a
+// master kept 70 s), each with its own report.
+//
+//	go run -tags pacific ./test/bench/onedbench -rounds 10 -ssh both
 //
 // Needs root; it builds (cached) and starts the suite's stack and leaves it
 // running (make test-clean stops it).
@@ -55,12 +61,18 @@ import (
 
 func main() {
 	rounds := flag.Int("rounds", 10, "rounds (each: per flavour, a deploy and two live migrations)")
+	sshMode := flag.String("ssh", "both", "oned's ssh: plain, mux (the packages' multiplexing: OpenNebula's ssh wrapper in oned's PATH) or both (plain rounds, then mux rounds)")
 	flag.Parse()
 	if *rounds < 2 {
 		fmt.Fprintln(os.Stderr, "onedbench: -rounds must be at least 2")
 		os.Exit(2)
 	}
-	if err := testenv.RunProgram(func(t testenv.T) error { return run(t, *rounds) }); err != nil {
+	modes, ok := map[string][]string{"plain": {"plain"}, "mux": {"mux"}, "both": {"plain", "mux"}}[*sshMode]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "onedbench: -ssh %q: want plain, mux or both\n", *sshMode)
+		os.Exit(2)
+	}
+	if err := testenv.RunProgram(func(t testenv.T) error { return run(t, *rounds, modes) }); err != nil {
 		fmt.Fprintln(os.Stderr, "onedbench:", err)
 		os.Exit(1)
 	}
@@ -76,7 +88,7 @@ type flavour struct {
 	s     sample
 }
 
-func run(t testenv.T, rounds int) error {
+func run(t testenv.T, rounds int, modes []string) error {
 	s := oned.Start(t, "fe74")
 	hooks, err := saveHooks(t, s)
 	if err != nil {
@@ -85,9 +97,25 @@ func run(t testenv.T, rounds int) error {
 	if err := addPlainVMMAD(t, s); err != nil {
 		return err
 	}
+	img := s.NewImage(t, "bench", false)
+	for _, mode := range modes {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		err := s.SSHMux(ctx, mode == "mux")
+		cancel()
+		if err != nil {
+			return fmt.Errorf("ssh %s: %w", mode, err)
+		}
+		if err := bench(t, s, hooks, img, rounds, mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bench runs the rounds with oned's ssh in mode and prints their report.
+func bench(t testenv.T, s *oned.Stack, hooks []hookFile, img oned.Image, rounds int, mode string) error {
 	with := &flavour{name: "rbdfence", vmMad: s.Hypervisor, hook: true}
 	without := &flavour{name: "baseline", vmMad: "kvmbase", hook: false}
-	img := s.NewImage(t, "bench", false)
 	load0 := loadavg()
 	t0 := time.Now()
 	for r := 0; r < rounds; r++ {
@@ -100,20 +128,20 @@ func run(t testenv.T, rounds int) error {
 			if err := use(t, s, hooks, f); err != nil {
 				return err
 			}
-			vm := s.NewVM(t, oned.VMTemplate(fmt.Sprintf("bench-%d-%s", r, f.name), img))
+			vm := s.NewVM(t, oned.VMTemplate(fmt.Sprintf("bench-%s-%d-%s", mode, r, f.name), img))
 			f.s.deploy = append(f.s.deploy, timeIt(func() { deploy(t, s, vm, home) }))
 			f.s.migrate = append(f.s.migrate, timeIt(func() { migrate(t, s, vm, away) }))
 			f.s.migrate = append(f.s.migrate, timeIt(func() { migrate(t, s, vm, home) }))
 			s.One(t, "onevm", "terminate", "--hard", strconv.Itoa(vm))
 			s.WaitVM(t, vm, "DONE", 2*time.Minute, func(v *oned.VM) bool { return v.State == oned.StateDone })
 		}
-		fmt.Fprintf(os.Stderr, "round %d/%d (%s first, home %s): deploy %s / %s, migrate %s %s / %s %s (rbdfence / baseline), %s so far\n",
-			r+1, rounds, order[0].name, home.Name, last(with.s.deploy, 1), last(without.s.deploy, 1),
+		fmt.Fprintf(os.Stderr, "ssh %s round %d/%d (%s first, home %s): deploy %s / %s, migrate %s %s / %s %s (rbdfence / baseline), %s so far\n",
+			mode, r+1, rounds, order[0].name, home.Name, last(with.s.deploy, 1), last(without.s.deploy, 1),
 			last(with.s.migrate, 2), last(with.s.migrate, 1), last(without.s.migrate, 2), last(without.s.migrate, 1),
 			time.Since(t0).Round(time.Second))
 	}
-	fmt.Printf("onedbench %s, %d rounds, OpenNebula %s, VM_MAD %s vs kvmbase (hook off); load average at the start %s, at the end %s\n",
-		time.Now().UTC().Format("2006-01-02 15:04Z"), rounds, s.Version, s.Hypervisor, load0, loadavg())
+	fmt.Printf("onedbench %s, ssh %s, %d rounds, OpenNebula %s, VM_MAD %s vs kvmbase (hook off); load average at the start %s, at the end %s\n",
+		time.Now().UTC().Format("2006-01-02 15:04Z"), mode, rounds, s.Version, s.Hypervisor, load0, loadavg())
 	report("onevm deploy -> RUNNING", with.s.deploy, without.s.deploy)
 	report("onevm migrate --live -> RUNNING", with.s.migrate, without.s.migrate)
 	return nil
