@@ -312,3 +312,43 @@ func testResumeElsewhere(t *testing.T, s *Stack, how string) {
 		t.Fatalf("the guest of VM %d cannot write on %s after the resume", vm, b.Name)
 	}
 }
+
+// TestColdMigrateFencesZombie (row "cold migrate"): a VM with a persistent
+// disk runs on A next to a zombie client of that disk on A (a QEMU nobody
+// stopped, writing); `onevm migrate` without --live saves the guest on A
+// (SAVE_MIGRATE), moves its directory to B (PROLOG_MIGRATE, the Ceph TM's
+// mv) and restores it there (BOOT: restore-rbdfence, then OpenNebula's
+// restore): the zombie's next write fails (blocklisted), `onevm show` has
+// its collision event on B, and the guest writes on B.
+func TestColdMigrateFencesZombie(t *testing.T) {
+	t.Parallel()
+	s := Start(t, "fe74")
+	a, b := s.Hosts[0], s.Hosts[1]
+	img := s.NewImage(t, "cold", true)
+	vm := s.NewVM(t, VMTemplate("cold", img))
+	s.One(t, "onevm", "deploy", strconv.Itoa(vm), a.Name, strconv.Itoa(s.SystemDS))
+	s.WaitRunning(t, vm)
+	z := testenv.StartZombieOn(t, s.Ceph, a.Net(), img.Source, "write")
+	z.WaitWrite(t, true, 30*time.Second)
+	s.One(t, "onevm", "migrate", strconv.Itoa(vm), b.Name)
+	s.WaitVM(t, vm, "RUNNING on "+b.Name+" after the cold migration", CmdTimeout, func(v *VM) bool { return v.MigratedTo(b.Name) })
+	if !strings.Contains(s.VMLog(t, vm), "restored on "+b.Name) {
+		t.Fatalf("VM %d's log does not show rbdfence's restore on %s:\n%s", vm, b.Name, s.VMLog(t, vm))
+	}
+	if st := s.DomainState(t, a, vm); st != "" {
+		t.Fatalf("one-%d on %s after the cold migration: %q, want no domain", vm, a.Name, st)
+	}
+	if ev := z.WaitWrite(t, false, 30*time.Second); ev.Errno != 108 {
+		t.Fatalf("the zombie's next write after the cold migration: errno %d, want 108 (blocklisted)", ev.Errno)
+	}
+	if !s.Blocklisted(t, z.Addr) {
+		t.Fatalf("zombie %s is not in the blocklist", z.Addr)
+	}
+	ev := s.FencedEvent(t, vm, z.Addr)
+	if ev.Host != b.Name || ev.Image != img.Source {
+		t.Fatalf("collision event %+v: want host %s, image %s", ev, b.Name, img.Source)
+	}
+	if !s.GuestWrite(t, b, vm, 0xc6) {
+		t.Fatalf("the guest of VM %d cannot write on %s after the cold migration", vm, b.Name)
+	}
+}

@@ -159,6 +159,10 @@ func testRecoverDuringLiveMigration(t *testing.T, s *Stack, how string, code int
 	}
 	s.One(t, "onevm", "migrate", "--live", id, other.Name)
 	s.WaitVM(t, vm, "RUNNING on "+other.Name, CmdTimeout, func(v *VM) bool { return v.MigratedTo(other.Name) })
+	if st := s.DomainState(t, other, vm); st != "running" {
+		t.Fatalf("oned shows VM %d RUNNING on %s after the next migration, but one-%d there is %q (on %s: %q); history %+v\noned's answers: %q\n%s",
+			vm, other.Name, vm, st, want.Name, s.DomainState(t, want, vm), s.ShowVM(t, vm).History, answers(t, s, vm), s.VMLog(t, vm))
+	}
 	if !s.GuestWrite(t, other, vm, 0xc5) {
 		t.Fatalf("the guest of VM %d cannot write on %s after the next migration", vm, other.Name)
 	}
@@ -176,8 +180,8 @@ func testRecoverDuringLiveMigration(t *testing.T, s *Stack, how string, code int
 // came in is shown RUNNING on its destination before libvirt moved anything.
 func waitAnswered(t *testing.T, s *Stack, vm int, action string, n int) {
 	t.Helper()
-	logf := filepath.Join(s.dir, s.FE, "one/var/oned.log")
-	re := regexp.MustCompile(`(?m)Message received: ` + action + ` (SUCCESS|FAILURE) ` + strconv.Itoa(vm) + ` `)
+	logf := s.onedLog()
+	re := answerRe(action, vm)
 	deadline := time.Now().Add(time.Minute)
 	for {
 		b, err := os.ReadFile(logf)
@@ -193,4 +197,24 @@ func waitAnswered(t *testing.T, s *Stack, vm int, action string, n int) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+func (s *Stack) onedLog() string { return filepath.Join(s.dir, s.FE, "one/var/oned.log") }
+
+// answerRe matches oned's log line of a VMM driver answer to action for vm.
+func answerRe(action string, vm int) *regexp.Regexp {
+	return regexp.MustCompile(`(?m)^.*Message received: ` + action + ` (SUCCESS|FAILURE) ` + strconv.Itoa(vm) + ` .*$`)
+}
+
+// answers is oned's log lines of the driver's MIGRATE answers for vm.
+func answers(t *testing.T, s *Stack, vm int) []string {
+	b, err := os.ReadFile(s.onedLog())
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var out []string
+	for _, l := range answerRe("MIGRATE", vm).FindAll(b, -1) {
+		out = append(out, tail(string(l), 1))
+	}
+	return out
 }
