@@ -302,12 +302,23 @@ main() {
 	sshmux)
 		# on: oned and its drivers (rbdfence's actions among them) run with
 		# the packages' PATH, where OpenNebula's ssh wrapper multiplexes
-		# every ssh (ControlMaster auto, ControlPersist 70s), as on an
-		# installed front-end; off: plain ssh. Takes effect at the next
-		# start of FE.
+		# every ssh (ControlMaster auto), and the front-end's ssh config
+		# has the packages' ControlPersist and ControlPath, as on an
+		# installed front-end; off (the suite's default): no ControlPath,
+		# so no ssh is multiplexed, not even rbdfence's (its
+		# ControlMaster auto needs one). Takes effect at FE's next start.
 		[ $# -eq 2 ] && [[ $2 == on || $2 == off ]] || die "usage: $PROG sshmux FE on|off"
 		valid_fe "$1"
 		[ -x "$ONED_DIR/$1/one/lib/sh/override/ssh" ] || die "$1 has no ssh wrapper at $ONED_DIR/$1/one/lib/sh/override/ssh"
+		local c
+		for c in "$ONED_DIR/$1/fs/root/.ssh/config" "$ONED_DIR/$1/one/var/.ssh/config"; do
+			[ -f "$c" ] || die "$c is missing: run $PROG up $1 first"
+			sed -i '/^# sshmux: begin$/,/^# sshmux: end$/d' "$c"
+			# the packages' oneadmin config (share/ssh/etc/config in
+			# 7.4.0): ControlMaster no there, the wrapper asks for auto
+			[ "$2" = off ] || printf '%s\n' '# sshmux: begin' 'Host *' '	ControlMaster no' '	ControlPersist 70s' \
+				'	ControlPath /run/one/ssh-socks/ctl-M-%C.sock' '# sshmux: end' >>"$c"
+		done
 		if [ "$2" = on ]; then : >"$ONED_DIR/$1/sshmux"; else rm -f "$ONED_DIR/$1/sshmux"; fi
 		;;
 	env)

@@ -95,12 +95,7 @@ setup_common() {
 # on the hosts and front-ends): the suite's key, no host key checks (the
 # test hosts are made anew every run), and OpenNebula's own
 # ServerAliveInterval (share/ssh/etc/config in 7.4.0), so that a session to
-# a host that was cut off ends. The same file's ControlMaster no,
-# ControlPersist and ControlPath: the packages' ssh wrapper
-# (share/ssh/bin/ssh, first in oned's PATH by
-# share/pkgs/services/systemd/opennebula.service) turns ControlMaster auto
-# on for every ssh of the drivers; frontend.sh's sshmux puts it in oned's
-# PATH, else no ssh is multiplexed.
+# a host that was cut off ends.
 ssh_config() {
 	cat >"$ONED_DIR/ssh/config" <<EOF
 # fe74's sshd (frontend.sh), where OpenNebula's TM copies a VM's directory
@@ -118,9 +113,6 @@ Host *
 	ConnectTimeout 10
 	ServerAliveInterval 10
 	LogLevel ERROR
-	ControlMaster no
-	ControlPersist 70s
-	ControlPath /run/one/ssh-socks/ctl-M-%C.sock
 EOF
 	chmod 600 "$ONED_DIR/ssh/config"
 }
