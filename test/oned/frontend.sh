@@ -62,6 +62,10 @@
 #   vmm_exec/vmm_exec_kvm.conf  EMULATOR /usr/bin/qemu-system-x86_64 (the
 #                  packages' /usr/bin/qemu-kvm-one link is not installed,
 #                  src/vmm/LibVirtDriverKVM.cc:1151-1154)
+# and outside it: oned's ssh is plain. The packages multiplex it (oned's
+# PATH starts with the ssh wrapper's directory, opennebula.service; the
+# shipped ~oneadmin/.ssh/config has ControlPersist 70s and a ControlPath);
+# `sshmux FE on` does both here, for the benchmark's second half.
 set -euo pipefail
 
 PROG=frontend.sh
