@@ -160,8 +160,10 @@ func testRecoverDuringLiveMigration(t *testing.T, s *Stack, how string, code int
 	s.One(t, "onevm", "migrate", "--live", id, other.Name)
 	s.WaitVM(t, vm, "RUNNING on "+other.Name, CmdTimeout, func(v *VM) bool { return v.MigratedTo(other.Name) })
 	if st := s.DomainState(t, other, vm); st != "running" {
-		t.Fatalf("oned shows VM %d RUNNING on %s after the next migration, but one-%d there is %q (on %s: %q); history %+v\noned's answers: %q\n%s",
-			vm, other.Name, vm, st, want.Name, s.DomainState(t, want, vm), s.ShowVM(t, vm).History, answers(t, s, vm), s.VMLog(t, vm))
+		t.Fatalf("oned shows VM %d RUNNING on %s after the next migration, but one-%d there is %q (on %s: %q); history %+v\noned's answers: %q\n%s\n%s's qemu log of one-%d:\n%s\n%s's libvirtd log:\n%s",
+			vm, other.Name, vm, st, want.Name, s.DomainState(t, want, vm), s.ShowVM(t, vm).History, answers(t, s, vm), s.VMLog(t, vm),
+			other.Name, vm, fileTail(s.hostFS(other, fmt.Sprintf("var-log/libvirt/qemu/one-%d.log", vm)), 15),
+			other.Name, fileTail(s.hostFS(other, "var-log/libvirt/libvirtd.log"), 30))
 	}
 	if !s.GuestWrite(t, other, vm, 0xc5) {
 		t.Fatalf("the guest of VM %d cannot write on %s after the next migration", vm, other.Name)
@@ -217,4 +219,13 @@ func answers(t *testing.T, s *Stack, vm int) []string {
 		out = append(out, tail(string(l), 1))
 	}
 	return out
+}
+
+// fileTail is the last n lines of file path (or why there are none).
+func fileTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	return tail(string(b), n)
 }
