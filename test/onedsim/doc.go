@@ -27,7 +27,6 @@
 //	one.vmpool.info(session, who, start, end[, state])         short <VM>s
 //	one.vmpool.infoextended(session, who, start, end[, state]) full <VM>s, last HISTORY
 //	one.system.version(session)
-//	one.user.info(session, id)
 //	one.host.info(session, id[, decrypt])      <HOST> (Host.cc:401-429), VMS from the VMs' last HISTORY
 //	one.hostpool.info(session)                 <HOST_POOL>
 //	one.host.update(session, id, template[, type]) 0 replace, 1 merge the host's TEMPLATE
@@ -47,8 +46,8 @@
 //
 // Build them with VM{...}.XML() (Ceph disks by default: TYPE and DISK_TYPE
 // RBD, SOURCE pool/one-IMAGE_ID, CLONE YES unless Persistent, CEPH_* and
-// POOL_NAME as inherited from a Ceph datastore), or load oned output from
-// files (a <VM> or a <VM_POOL>).
+// POOL_NAME as inherited from a Ceph datastore), or load oned's own output
+// with AddVM (a <VM> or a <VM_POOL>, as TestStandInMatchesOned does).
 //
 // # In-process control
 //
@@ -62,27 +61,12 @@
 //	sim.PutHost(onedsim.Host{ID: 1, Name: "node1", State: onedsim.HostError, LastMonitored: t})
 //	sim.HostTemplate(1)
 //
-// # HTTP control API (for shell-driven tests)
+// # What it is kept for
 //
-// Served on /control/ next to /RPC2, and alone on the binary's
-// --control-listen address if given (that one stays up while /RPC2 is down).
-// Answers are JSON; errors are HTTP 400 with a one-line message.
-//
-//	POST /control/delay?d=1.5s                    delay every XML-RPC answer
-//	POST /control/down?v=true&for=3s              refuse connections for 3s
-//	POST /control/down?v=true|false               (only on --control-listen)
-//	POST /control/fail?method=one.vm.update&n=2[&code=0x0400][&msg=TEXT]
-//	POST /control/reset                           clear delay, failures, history; come up
-//	POST /control/vm            (body: <VM> or <VM_POOL> XML)  add or replace VMs
-//	GET  /control/vm?id=42                        the VM as one.vm.info returns it
-//	GET  /control/user_template?id=42[&format=text]
-//	GET  /control/updates                         one.vm.update history
-//	POST /control/host?id=1&name=node1&state=3&last_monitored=UNIX  add or replace a host
-//	GET  /control/state                           delay, down, failures, call counts, VM ids
-//
-// The binary (test/onedsim/cmd/onedsim):
-//
-//	onedsim --listen 127.0.0.1:2633 --auth oneadmin:secret --vm vm42.xml [--vm more.xml] [--control-listen 127.0.0.1:2634]
-//
-// prints "onedsim: listening on http://ADDR/RPC2" once it accepts calls.
+// The real oned (test/oned) runs every lifecycle scenario it can produce.
+// The stand-in stays for what it will not do on demand: one.vm.update or
+// one.host.update failing with a chosen code, oned slow or down in the middle
+// of a step (SetDelay, SetFailCalls, SetDown), and for the fast unit tests of
+// the packages that talk to oned. TestStandInMatchesOned (test/oned) checks
+// each behaviour listed above against oned 7.4.0.
 package onedsim

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,11 +56,10 @@ type Sim struct {
 	calls   map[string]int
 	down    bool
 
-	addr    string
-	ln      net.Listener
-	srv     *http.Server
-	upTimer *time.Timer
-	closed  bool
+	addr   string
+	ln     net.Listener
+	srv    *http.Server
+	closed bool
 }
 
 // New returns a simulator accepting the session "user:password" auth.
@@ -73,13 +71,6 @@ func New(auth string) *Sim {
 		fail:    map[string]*failSpec{},
 		calls:   map[string]int{},
 	}
-}
-
-// SetVersion sets what one.system.version returns.
-func (s *Sim) SetVersion(v string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.version = v
 }
 
 // AddVM stores (or replaces) the VMs of a <VM> or <VM_POOL> document.
@@ -98,18 +89,6 @@ func (s *Sim) AddVM(doc []byte) error {
 
 // Put stores the VM built from v.
 func (s *Sim) Put(v VM) error { return s.AddVM([]byte(v.XML())) }
-
-// LoadFile stores the VMs of an XML file (<VM> or <VM_POOL>).
-func (s *Sim) LoadFile(path string) error {
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("onedsim: %w", err)
-	}
-	if err := s.AddVM(doc); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
-}
 
 // RemoveVM forgets a VM (one.vm.info then fails with NO_EXISTS).
 func (s *Sim) RemoveVM(id int) {
@@ -237,18 +216,13 @@ func (s *Sim) URL() string { return "http://" + s.Addr() + "/RPC2" }
 func (s *Sim) SetDown(down bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.upTimer != nil {
-		s.upTimer.Stop()
-		s.upTimer = nil
-	}
-	return s.setDownLocked(down, 0)
+	return s.setDownLocked(down)
 }
 
-// setDownLocked changes state. Going down closes the listener at once (new
-// connections are refused) and drops calls arriving on open connections;
-// the connections themselves are closed after linger, so that a control
-// request that asked for it still gets its answer.
-func (s *Sim) setDownLocked(down bool, linger time.Duration) error {
+// setDownLocked changes state. Going down closes the listener and the open
+// connections at once (new connections are refused) and drops calls that
+// still arrive.
+func (s *Sim) setDownLocked(down bool) error {
 	if down == s.down || s.closed {
 		return nil
 	}
@@ -257,12 +231,8 @@ func (s *Sim) setDownLocked(down bool, linger time.Duration) error {
 		if s.ln != nil {
 			_ = s.ln.Close()
 		}
-		if srv := s.srv; srv != nil {
-			if linger > 0 {
-				time.AfterFunc(linger, func() { _ = srv.Close() })
-			} else {
-				_ = srv.Close()
-			}
+		if s.srv != nil {
+			_ = s.srv.Close()
 		}
 		return nil
 	}
@@ -288,27 +258,6 @@ func (s *Sim) setDownLocked(down bool, linger time.Duration) error {
 	return nil
 }
 
-// DownFor takes the endpoint down for d, then brings it up again.
-func (s *Sim) DownFor(d time.Duration) error { return s.downFor(d, 0) }
-
-func (s *Sim) downFor(d, linger time.Duration) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.upTimer != nil {
-		s.upTimer.Stop()
-	}
-	if err := s.setDownLocked(true, linger); err != nil {
-		return err
-	}
-	s.upTimer = time.AfterFunc(d, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.upTimer = nil
-		_ = s.setDownLocked(false, 0)
-	})
-	return nil
-}
-
 // dropIfDown closes the connection of a call that arrives while down.
 func (s *Sim) dropIfDown(w http.ResponseWriter) bool {
 	s.mu.Lock()
@@ -331,9 +280,6 @@ func (s *Sim) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	if s.upTimer != nil {
-		s.upTimer.Stop()
-	}
 	if s.ln != nil {
 		_ = s.ln.Close()
 	}
@@ -343,11 +289,10 @@ func (s *Sim) Close() error {
 	return nil
 }
 
-// Handler serves XML-RPC on /RPC2 and the control API on /control/.
+// Handler serves XML-RPC on /RPC2.
 func (s *Sim) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/RPC2", s.serveRPC)
-	mux.Handle("/control/", s.controlHandler(true))
 	return mux
 }
 
@@ -404,7 +349,6 @@ var methods = map[string]method{
 	"one.vmpool.info":         {"iiiis", 3, (*Sim).vmPoolInfo},
 	"one.vmpool.infoextended": {"iiiis", 3, (*Sim).vmPoolInfo},
 	"one.system.version":      {"", 0, (*Sim).systemVersion},
-	"one.user.info":           {"ib", 0, (*Sim).userInfo},
 	"one.host.info":           {"ib", 1, (*Sim).hostInfo},
 	"one.hostpool.info":       {"", 0, (*Sim).hostPoolInfo},
 	"one.host.update":         {"isi", 2, (*Sim).hostUpdate},
@@ -582,16 +526,4 @@ func (s *Sim) systemVersion(string, []any) []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return encodeResponse(true, s.version, 0)
-}
-
-func (s *Sim) userInfo(name string, p []any) []byte {
-	id := intParam(p, 0, -1)
-	if id != -1 && id != 0 {
-		return failure(CodeNoExists, fmt.Sprintf("[%s] Error getting user [%d].", name, id), id)
-	}
-	user, _, _ := strings.Cut(s.auth, ":")
-	doc := "<USER><ID>0</ID><GID>0</GID><GROUPS><ID>0</ID></GROUPS><GNAME>oneadmin</GNAME><NAME>" + escapeRPC(user) +
-		"</NAME><PASSWORD>***</PASSWORD><AUTH_DRIVER>core</AUTH_DRIVER><ENABLED>1</ENABLED><LOGIN_TOKEN></LOGIN_TOKEN>" +
-		"<TEMPLATE><TOKEN_PASSWORD><![CDATA[***]]></TOKEN_PASSWORD></TEMPLATE></USER>"
-	return encodeResponse(true, doc, 0)
 }

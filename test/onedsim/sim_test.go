@@ -1,20 +1,14 @@
 package onedsim_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -331,16 +325,6 @@ func TestDownAndUp(t *testing.T) {
 	if _, err := ctl.VM(42).Info(false); err != nil {
 		t.Fatalf("after coming back up: %v", err)
 	}
-	if err := sim.DownFor(300 * time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ctl.VM(42).Info(false); err == nil {
-		t.Fatal("DownFor: call succeeded while down")
-	}
-	time.Sleep(600 * time.Millisecond)
-	if _, err := ctl.VM(42).Info(false); err != nil {
-		t.Fatalf("DownFor: still down: %v", err)
-	}
 }
 
 // A client with a 1s timeout gives up after about 1s on a slow oned.
@@ -450,190 +434,5 @@ func TestWireFormat(t *testing.T) {
 	got := call(req("one.vm.info", auth, `<param><value><i4>42</i4></value></param>`))
 	if !strings.Contains(got, "<value><string>&lt;VM&gt;&lt;ID&gt;42&lt;/ID&gt;") {
 		t.Errorf("vm.info answer: %.200q", got)
-	}
-}
-
-func TestLoadFile(t *testing.T) {
-	dir := t.TempDir()
-	single := filepath.Join(dir, "vm.xml")
-	pool := filepath.Join(dir, "pool.xml")
-	if err := os.WriteFile(single, []byte(vm42().XML()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	poolDoc := "<VM_POOL>" + onedsim.VM{ID: 1}.XML() + onedsim.VM{ID: 2}.XML() + "</VM_POOL>"
-	if err := os.WriteFile(pool, []byte(poolDoc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sim := onedsim.New(auth)
-	for _, f := range []string{single, pool} {
-		if err := sim.LoadFile(f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, id := range []int{1, 2, 42} {
-		if _, ok := sim.VMXML(id); !ok {
-			t.Errorf("VM %d not loaded", id)
-		}
-	}
-	bad := filepath.Join(dir, "bad.xml")
-	_ = os.WriteFile(bad, []byte("<VM><ID>x</ID></VM>"), 0o600)
-	if err := sim.LoadFile(bad); err == nil || !strings.Contains(err.Error(), "bad.xml") {
-		t.Errorf("bad file: %v", err)
-	}
-}
-
-func postForm(t *testing.T, base, path string, v url.Values) (int, string) {
-	t.Helper()
-	resp, err := http.PostForm(base+path, v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
-func TestControlAPI(t *testing.T) {
-	sim := start(t, vm42())
-	base := "http://" + sim.Addr()
-	ctl := gocaCtl(sim, user, pass)
-
-	if code, body := postForm(t, base, "/control/fail", url.Values{"method": {"one.vm.info"}, "n": {"1"}, "code": {"0x0400"}}); code != 200 {
-		t.Fatalf("fail: %d %s", code, body)
-	}
-	_, err := ctl.VM(42).Info(false)
-	if re := responseError(t, err); re.Code != goerrs.OneNoExistsError {
-		t.Errorf("injected code = %s", re.Code)
-	}
-	if err := ctl.VM(42).Update("RBDFENCE_X = [ ID = \"1\" ]", parameters.Merge); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.Get(base + "/control/updates")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ups []onedsim.Update
-	_ = json.NewDecoder(resp.Body).Decode(&ups)
-	resp.Body.Close()
-	if len(ups) != 1 || ups[0].VMID != 42 || ups[0].Type != 1 {
-		t.Errorf("updates = %+v", ups)
-	}
-	resp, err = http.Get(base + "/control/user_template?id=42&format=text")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(b), "RBDFENCE_X=[\n  ID=\"1\" ]") {
-		t.Errorf("user_template text:\n%s", b)
-	}
-	// Add a VM over HTTP, read it back.
-	resp, err = http.Post(base+"/control/vm", "text/xml", strings.NewReader(onedsim.VM{ID: 7, Name: "new"}.XML()))
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("POST vm: %v %v", err, resp.Status)
-	}
-	resp.Body.Close()
-	if vm, err := ctl.VM(7).Info(false); err != nil || vm.Name != "new" {
-		t.Errorf("added VM: %v %v", vm, err)
-	}
-	// Down on the main listener needs for=.
-	if code, _ := postForm(t, base, "/control/down", url.Values{"v": {"true"}}); code != 400 {
-		t.Errorf("down without for= on the main listener: %d", code)
-	}
-	if code, body := postForm(t, base, "/control/down", url.Values{"v": {"true"}, "for": {"400ms"}}); code != 200 {
-		t.Fatalf("down for: %d %s", code, body)
-	}
-	if _, err := ctl.VM(42).Info(false); err == nil {
-		t.Error("call succeeded while down")
-	}
-	time.Sleep(700 * time.Millisecond)
-	if code, body := postForm(t, base, "/control/delay", url.Values{"d": {"50ms"}}); code != 200 {
-		t.Fatalf("delay: %d %s", code, body)
-	}
-	resp, err = http.Get(base + "/control/state")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st onedsim.State
-	_ = json.NewDecoder(resp.Body).Decode(&st)
-	resp.Body.Close()
-	if st.Down || st.Delay != "50ms" || !reflect.DeepEqual(st.VMs, []int{7, 42}) || st.Calls["one.vm.info"] < 2 {
-		t.Errorf("state = %+v", st)
-	}
-	if code, _ := postForm(t, base, "/control/reset", nil); code != 200 {
-		t.Errorf("reset: %d", code)
-	}
-	if len(sim.Updates()) != 0 {
-		t.Error("reset kept the update history")
-	}
-	if code, _ := postForm(t, base, "/control/delay", url.Values{"d": {"soon"}}); code != 400 {
-		t.Errorf("bad delay accepted: %d", code)
-	}
-}
-
-// The binary serves the VM files it is given and honours the control API on
-// its separate control listener.
-func TestBinary(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "onedsim")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/onedsim")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	vmFile := filepath.Join(dir, "vm42.xml")
-	if err := os.WriteFile(vmFile, []byte(vm42().XML()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--control-listen", "127.0.0.1:0", "--auth", auth, "--vm", vmFile)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	})
-	var rpcURL, controlURL string
-	sc := bufio.NewScanner(stdout)
-	for rpcURL == "" && sc.Scan() {
-		line := sc.Text()
-		if u, ok := strings.CutPrefix(line, "onedsim: control API on "); ok {
-			controlURL = strings.TrimSuffix(u, "/control/")
-		}
-		if u, ok := strings.CutPrefix(line, "onedsim: listening on "); ok {
-			rpcURL = u
-		}
-	}
-	if rpcURL == "" || controlURL == "" {
-		t.Fatalf("no URLs printed; stderr: %s", stderr.String())
-	}
-	ctl := goca.NewController(goca.NewClient(goca.NewConfig(user, pass, rpcURL), nil))
-	vm, err := ctl.VM(42).Info(false)
-	if err != nil || vm.Name != "web-42" {
-		t.Fatalf("Info: %v %v", vm, err)
-	}
-	// The separate control listener can take /RPC2 down and up again.
-	if code, body := postForm(t, controlURL, "/control/down", url.Values{"v": {"true"}}); code != 200 {
-		t.Fatalf("down: %d %s", code, body)
-	}
-	if _, err := ctl.VM(42).Info(false); err == nil {
-		t.Error("call succeeded while down")
-	}
-	if code, body := postForm(t, controlURL, "/control/down", url.Values{"v": {"false"}}); code != 200 {
-		t.Fatalf("up: %d %s", code, body)
-	}
-	if _, err := ctl.VM(42).Info(false); err != nil {
-		t.Errorf("after up: %v", err)
-	}
-	// Bad arguments exit non-zero with a message.
-	out, err := exec.Command(bin, "--vm", filepath.Join(dir, "missing.xml")).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "missing.xml") {
-		t.Errorf("missing --vm file: %v %s", err, out)
 	}
 }

@@ -231,7 +231,7 @@ func Bin(t T, name string) string {
 			return
 		}
 		pkgs := map[string]string{}
-		for _, dir := range []string{"cmd/*", "drivers/*", "hooks/*", "test/zombie", "test/onedsim/cmd/onedsim"} {
+		for _, dir := range []string{"cmd/*", "drivers/*", "hooks/*", "test/zombie"} {
 			matches, _ := filepath.Glob(filepath.Join(Root(), dir))
 			for _, m := range matches {
 				if st, err := os.Stat(filepath.Join(m, "main.go")); err == nil && !st.IsDir() {
