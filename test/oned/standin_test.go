@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -130,6 +131,78 @@ func TestStandInMatchesOned(t *testing.T) {
 		r, st = both("one.host.info", session, 987654, false)
 		sameFailure(t, r, st)
 	})
+	t.Run("VM document", func(t *testing.T) {
+		// The stand-in's own VM builder (VM{...}.XML(), what the unit tests
+		// serve) given what oned wrote for this VM's disk must read the same
+		// through ParseVM: the same RBD images, users, secrets, monitors.
+		rv, err := opennebula.ParseVM([]byte(doc))
+		if err != nil {
+			t.Fatalf("ParseVM of oned's one.vm.info: %v", err)
+		}
+		var d struct {
+			Disks []struct {
+				Inner []byte `xml:",innerxml"`
+			} `xml:"TEMPLATE>DISK"`
+			TMS string `xml:"TEMPLATE>TM_MAD_SYSTEM"`
+		}
+		if err := xml.Unmarshal([]byte(doc), &d); err != nil {
+			t.Fatal(err)
+		}
+		sv := onedsim.VM{ID: rv.ID, Name: rv.Name, State: rv.State, LCMState: rv.LCMState, STime: rv.Stime, TMMadSystem: d.TMS, DeployID: "-"}
+		for _, dk := range d.Disks {
+			a := map[string]string{}
+			for _, kv := range attrs(t, dk.Inner) {
+				k, v, _ := strings.Cut(kv, "=")
+				a[k] = v
+			}
+			num := func(k string) int {
+				n, err := strconv.Atoi(a[k])
+				if err != nil {
+					t.Fatalf("oned's DISK %s = %q: %v", k, a[k], err)
+				}
+				return n
+			}
+			sv.Disks = append(sv.Disks, onedsim.Disk{ID: num("DISK_ID"), ImageID: num("IMAGE_ID"), Image: a["IMAGE"],
+				Persistent: a["CLONE"] == "NO", Pool: a["POOL_NAME"], CephHost: a["CEPH_HOST"], CephUser: a["CEPH_USER"],
+				CephSecret: a["CEPH_SECRET"], DatastoreID: num("DATASTORE_ID"), Datastore: a["DATASTORE"], TMMad: a["TM_MAD"],
+				Target: a["TARGET"], Size: num("SIZE")})
+		}
+		got, err := opennebula.ParseVM([]byte(sv.XML()))
+		if err != nil {
+			t.Fatalf("ParseVM of the stand-in's document: %v", err)
+		}
+		if !reflect.DeepEqual(rv, got) {
+			t.Fatalf("VM %d read from\noned:     %+v\nstand-in: %+v", vm, rv, got)
+		}
+	})
+	t.Run("system version", func(t *testing.T) {
+		// rbdfence doctor prints it: both answer [true, "MAJOR.MINOR.PATCH", 0].
+		r, st := both("one.system.version", session)
+		for who, a := range map[string][]any{"oned": r, "stand-in": st} {
+			v := okBodyOf(t, a)
+			if !versionRe.MatchString(v) || len(a) < 3 || a[2] != r[2] {
+				t.Errorf("%s answers %v", who, a)
+			}
+		}
+	})
+	t.Run("host pool", func(t *testing.T) {
+		// fence-host finds a host by name in one.hostpool.info: the stand-in's
+		// pool of the same host must list it as oned's does.
+		id, err := s.HostID(s.Hosts[0].Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rh, err := opennebula.ParseHost([]byte(okBody(t, call(t, real, "one.host.info", session, id, false))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sim.PutHost(onedsim.Host{ID: rh.ID, Name: rh.Name, State: rh.State, LastMonitored: rh.LastMonitored})
+		rp, sp := both("one.hostpool.info", session)
+		rn, sn := hostNames(t, okBodyOf(t, rp)), hostNames(t, okBodyOf(t, sp))
+		if rn[rh.Name] != rh.ID || sn[rh.Name] != rh.ID {
+			t.Fatalf("host %s (%d) in the pools:\noned:     %v\nstand-in: %v", rh.Name, rh.ID, rn, sn)
+		}
+	})
 	t.Run("pool documents", func(t *testing.T) {
 		// one.vmpool.info's short VMs carry no DISK SOURCE (rbdfence reads
 		// disks with one.vm.info or infoextended), infoextended does.
@@ -141,6 +214,27 @@ func TestStandInMatchesOned(t *testing.T) {
 			}
 		}
 	})
+}
+
+var versionRe = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+$`)
+
+// hostNames: the HOST_POOL's hosts, name to ID.
+func hostNames(t *testing.T, pool string) map[string]int {
+	t.Helper()
+	var p struct {
+		Hosts []struct {
+			ID   int    `xml:"ID"`
+			Name string `xml:"NAME"`
+		} `xml:"HOST"`
+	}
+	if err := xml.Unmarshal([]byte(pool), &p); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, h := range p.Hosts {
+		out[h.Name] = h.ID
+	}
+	return out
 }
 
 func call(t *testing.T, url, method string, params ...any) any {

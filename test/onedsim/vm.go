@@ -43,7 +43,8 @@ type VM struct {
 	History []History
 
 	// SystemDSID is the system datastore (HISTORY/DS_ID, default 0) and
-	// TMMadSystem its TM_MAD (TEMPLATE/TM_MAD_SYSTEM, default "ceph").
+	// TMMadSystem its TM_MAD (TEMPLATE/TM_MAD_SYSTEM, default "ceph" once
+	// the VM has a HISTORY record, none before: oned sets it at deploy).
 	SystemDSID  int
 	TMMadSystem string
 
@@ -130,8 +131,12 @@ func (v VM) XML() string {
 	if stime == 0 {
 		stime = DefaultSTime
 	}
+	// oned writes TM_MAD_SYSTEM at the first deploy, from the system
+	// datastore (VirtualMachine::check_tm_mad_disks,
+	// src/vm/VirtualMachine.cc:4238-4256 in 7.4.0): a VM never deployed has
+	// none unless it is set.
 	tms := v.TMMadSystem
-	if tms == "" {
+	if tms == "" && (v.Host != "" || len(v.History) > 0) {
 		tms = "ceph"
 	}
 
@@ -177,7 +182,9 @@ func (v VM) XML() string {
 	}})
 	t.add(Attribute{Name: "OS", Vector: map[string]string{"ARCH": "x86_64"}})
 	t.add(Attribute{Name: "TEMPLATE_ID", Value: "0"})
-	t.add(Attribute{Name: "TM_MAD_SYSTEM", Value: tms})
+	if tms != "" {
+		t.add(Attribute{Name: "TM_MAD_SYSTEM", Value: tms})
+	}
 	t.add(Attribute{Name: "VMID", Value: strconv.Itoa(v.ID)})
 	b.WriteString(t.XML("TEMPLATE"))
 	b.WriteString(v.UserTemplate.XML("USER_TEMPLATE"))
@@ -276,7 +283,9 @@ func (d Disk) attrs(vmTMMadSystem string, systemDS int) map[string]string {
 		"SIZE":                     strconv.Itoa(size),
 		"TARGET":                   target,
 		"TM_MAD":                   tmMad,
-		"TM_MAD_SYSTEM":            tms,
+	}
+	if tms != "" {
+		a["TM_MAD_SYSTEM"] = tms
 	}
 	if d.CephHost != "" {
 		a["CEPH_HOST"] = d.CephHost
