@@ -65,10 +65,13 @@ fuzzpid=$!
 # and test/hook ~2-4), so that the short ones fill the other slot instead of
 # the long ones running last, alone.
 rc=0
+t0=$SECONDS
 $GO test -tags pacific -count=1 -timeout 40m ./test/oned ./test/packaging ./test/frontend ./test/hook ./... || rc=$?
+t1=$SECONDS
 fuzzrc=0
 wait "$fuzzpid" || fuzzrc=$?
 fuzzpid=
 cat "$fuzzlog"
+echo "run.sh: go test $((t1 - t0)) s, then $((SECONDS - t1)) s more for the fuzz targets"
 [ "$rc" -ne 0 ] || rc=$fuzzrc
 exit "$rc"
