@@ -26,6 +26,29 @@ func (s *Stack) FencedEvent(t testenv.T, vm int, addr string) Event {
 	return got
 }
 
+// ZombieFenced checks what a start of VM vm on h (after names it) leaves
+// of zombie z, a client of image that wrote before: z's next write fails
+// with errno 108 (blocklisted), its address is in the blocklist, the VM's
+// collision event names h and image, and the VM's guest writes on h
+// (pattern). It returns the event.
+func (s *Stack) ZombieFenced(t testenv.T, vm int, z *testenv.Zombie, h Host, image string, pattern byte, after string) Event {
+	t.Helper()
+	if ev := z.WaitWrite(t, false, 30*time.Second); ev.Errno != 108 {
+		t.Fatalf("the zombie's next write after %s: errno %d, want 108 (blocklisted)", after, ev.Errno)
+	}
+	if !s.Blocklisted(t, z.Addr) {
+		t.Fatalf("zombie %s is not in the blocklist after %s", z.Addr, after)
+	}
+	ev := s.FencedEvent(t, vm, z.Addr)
+	if ev.Host != h.Name || ev.Image != image {
+		t.Fatalf("collision event %+v: want host %s, image %s", ev, h.Name, image)
+	}
+	if !s.GuestWrite(t, h, vm, pattern) {
+		t.Fatalf("the guest of VM %d cannot write on %s after %s", vm, h.Name, after)
+	}
+	return ev
+}
+
 // ShowText is `onevm show ID` as an admin reads it.
 func (s *Stack) ShowText(t testenv.T, vm int) string {
 	t.Helper()

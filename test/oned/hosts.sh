@@ -247,11 +247,18 @@ sshd_pid() {
 }
 
 sshd_stop() {
-	local pid i
+	local pid
 	pid=$(sshd_pid) || return 0
+	stop_pid "$pid" sshd 50
+}
+
+# stop_pid PID COMM TENTHS: SIGTERM to PID, then SIGKILL if a process named
+# COMM still has that pid after TENTHS tenths of a second.
+stop_pid() {
+	local pid=$1 comm=$2 n=$3 i
 	kill -TERM "$pid"
-	for i in $(seq 1 50); do
-		[ "$(cat "/proc/$pid/comm" 2>/dev/null)" = sshd ] || return 0
+	for i in $(seq 1 "$n"); do
+		[ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$comm" ] || return 0
 		sleep 0.1
 	done
 	kill -KILL "$pid" 2>/dev/null || true
@@ -287,15 +294,10 @@ libvirt_start() {
 # libvirt_stop: stop this host's libvirtd (its QEMU domains keep running,
 # as on a real host).
 libvirt_stop() {
-	local pid i
+	local pid
 	pid=$(cat /run/libvirt/libvirtd.pid 2>/dev/null || true)
 	[[ $pid =~ ^[0-9]+$ ]] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = libvirtd ] || return 0
-	kill -TERM "$pid"
-	for i in $(seq 1 100); do
-		[ "$(cat "/proc/$pid/comm" 2>/dev/null)" = libvirtd ] || return 0
-		sleep 0.1
-	done
-	kill -KILL "$pid" 2>/dev/null || true
+	stop_pid "$pid" libvirtd 100
 }
 
 # cut / heal NAME: a network partition between the front-ends and host NAME

@@ -29,21 +29,12 @@ func testDeployFencesZombie(t *testing.T, s *Stack) {
 	z.WaitWrite(t, true, 30*time.Second)
 	vm := s.NewVM(t, VMTemplate("zombie-deploy", img))
 	s.Deploy(t, vm, a)
-	if ev := z.WaitWrite(t, false, 30*time.Second); ev.Errno != 108 {
-		t.Fatalf("the zombie's next write after the deploy: errno %d, want 108 (blocklisted)", ev.Errno)
-	}
-	if !s.Blocklisted(t, z.Addr) {
-		t.Fatalf("zombie %s is not in the blocklist", z.Addr)
-	}
-	ev := s.FencedEvent(t, vm, z.Addr)
-	if ev.Host != a.Name || ev.Image != img.Source || !strings.Contains(ev.Action, "blocklisted") {
-		t.Fatalf("collision event %+v: want host %s, image %s, action blocklisted", ev, a.Name, img.Source)
+	ev := s.ZombieFenced(t, vm, z, a, img.Source, 0xb1, "the deploy")
+	if !strings.Contains(ev.Action, "blocklisted") {
+		t.Fatalf("collision event %+v: want action blocklisted", ev)
 	}
 	if show := s.ShowText(t, vm); !strings.Contains(show, "RBDFENCE_EVENT_") || !strings.Contains(show, z.Addr) {
 		t.Fatalf("onevm show %d does not display the collision event of %s:\n%s", vm, z.Addr, show)
-	}
-	if !s.GuestWrite(t, a, vm, 0xb1) {
-		t.Fatalf("the guest of VM %d cannot write its disk after the fence", vm)
 	}
 }
 
@@ -298,19 +289,7 @@ func testResumeElsewhere(t *testing.T, s *Stack, how string) {
 	if how == "stop" && !strings.Contains(s.VMLog(t, vm), "restored on "+b.Name) {
 		t.Fatalf("VM %d's log does not show rbdfence's restore on %s:\n%s", vm, b.Name, s.VMLog(t, vm))
 	}
-	if ev := z.WaitWrite(t, false, 30*time.Second); ev.Errno != 108 {
-		t.Fatalf("the stale client's next write after the resume: errno %d, want 108 (blocklisted)", ev.Errno)
-	}
-	if !s.Blocklisted(t, z.Addr) {
-		t.Fatalf("stale client %s is not in the blocklist", z.Addr)
-	}
-	ev := s.FencedEvent(t, vm, z.Addr)
-	if ev.Host != b.Name || ev.Image != img.Source {
-		t.Fatalf("collision event %+v: want host %s, image %s", ev, b.Name, img.Source)
-	}
-	if !s.GuestWrite(t, b, vm, 0xc3) {
-		t.Fatalf("the guest of VM %d cannot write on %s after the resume", vm, b.Name)
-	}
+	s.ZombieFenced(t, vm, z, b, img.Source, 0xc3, "the resume")
 }
 
 // TestColdMigrateFencesZombie (row "cold migrate"): a VM with a persistent
@@ -338,17 +317,5 @@ func TestColdMigrateFencesZombie(t *testing.T) {
 	if st := s.DomainState(t, a, vm); st != "" {
 		t.Fatalf("one-%d on %s after the cold migration: %q, want no domain", vm, a.Name, st)
 	}
-	if ev := z.WaitWrite(t, false, 30*time.Second); ev.Errno != 108 {
-		t.Fatalf("the zombie's next write after the cold migration: errno %d, want 108 (blocklisted)", ev.Errno)
-	}
-	if !s.Blocklisted(t, z.Addr) {
-		t.Fatalf("zombie %s is not in the blocklist", z.Addr)
-	}
-	ev := s.FencedEvent(t, vm, z.Addr)
-	if ev.Host != b.Name || ev.Image != img.Source {
-		t.Fatalf("collision event %+v: want host %s, image %s", ev, b.Name, img.Source)
-	}
-	if !s.GuestWrite(t, b, vm, 0xc6) {
-		t.Fatalf("the guest of VM %d cannot write on %s after the cold migration", vm, b.Name)
-	}
+	s.ZombieFenced(t, vm, z, b, img.Source, 0xc6, "the cold migration")
 }
