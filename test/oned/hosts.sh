@@ -4,8 +4,6 @@
 #   test/oned/hosts.sh up NAME...        bridge, then each host (idempotent)
 #   test/oned/hosts.sh down              stop every host, delete what up made
 #   test/oned/hosts.sh libvirtd NAME start|stop|restart
-#   test/oned/hosts.sh sshd NAME start|stop  stop the host's sshd (its
-#                                        sessions and QEMUs go on) and start it
 #   test/oned/hosts.sh exec NAME CMD...  run CMD on host NAME (as root)
 #   test/oned/hosts.sh cut|heal NAME     cut the host off the front-ends'
 #                                        network (and heal it): libvirtd,
@@ -221,47 +219,9 @@ host_ns() {
 	private /root "$fs/root"
 	mkdir -p /run/sshd /run/libvirt /run/lock /var/log/libvirt/qemu /var/lib/libvirt/qemu
 	chmod 755 /run/sshd
-	sshd_start "$name"
-	libvirt_start
-}
-
-# sshd_start NAME / sshd_stop: run inside host NAME (host_ns, or ns_exec).
-# sshd_stop stops the listening sshd only: sessions open through it go on,
-# new connections are refused (a host whose sshd died, its QEMUs running).
-sshd_start() {
-	local d=$ONED_DIR/$1 i
 	/usr/sbin/sshd -t -f "$d/sshd_config"
 	daemon /usr/sbin/sshd -f "$d/sshd_config" -E /var/log/sshd.log
-	for i in $(seq 1 50); do
-		sshd_pid >/dev/null && return 0
-		sleep 0.1
-	done
-	die "sshd of $1 did not start (log: $ONED_DIR/$1/fs/var-log/sshd.log)"
-}
-
-sshd_pid() {
-	local pid
-	pid=$(cat /run/sshd.pid 2>/dev/null || true)
-	[[ $pid =~ ^[0-9]+$ ]] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = sshd ] || return 1
-	echo "$pid"
-}
-
-sshd_stop() {
-	local pid
-	pid=$(sshd_pid) || return 0
-	stop_pid "$pid" sshd 50
-}
-
-# stop_pid PID COMM TENTHS: SIGTERM to PID, then SIGKILL if a process named
-# COMM still has that pid after TENTHS tenths of a second.
-stop_pid() {
-	local pid=$1 comm=$2 n=$3 i
-	kill -TERM "$pid"
-	for i in $(seq 1 "$n"); do
-		[ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$comm" ] || return 0
-		sleep 0.1
-	done
-	kill -KILL "$pid" 2>/dev/null || true
+	libvirt_start
 }
 
 libvirt_answers() { timeout 5 virsh -c qemu:///system version >/dev/null 2>&1; }
@@ -294,10 +254,15 @@ libvirt_start() {
 # libvirt_stop: stop this host's libvirtd (its QEMU domains keep running,
 # as on a real host).
 libvirt_stop() {
-	local pid
+	local pid i
 	pid=$(cat /run/libvirt/libvirtd.pid 2>/dev/null || true)
 	[[ $pid =~ ^[0-9]+$ ]] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = libvirtd ] || return 0
-	stop_pid "$pid" libvirtd 100
+	kill -TERM "$pid"
+	for i in $(seq 1 100); do
+		[ "$(cat "/proc/$pid/comm" 2>/dev/null)" = libvirtd ] || return 0
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null || true
 }
 
 # cut / heal NAME: a network partition between the front-ends and host NAME
@@ -418,15 +383,6 @@ main() {
 		*) die "usage: $PROG libvirtd NAME start|stop|restart" ;;
 		esac
 		;;
-	sshd)
-		[ $# -eq 2 ] || die "usage: $PROG sshd NAME start|stop"
-		valid_host "$1"
-		case "$2" in
-		start) ns_exec "$1" bash -c "source '$SCRIPT'; sshd_pid >/dev/null || sshd_start '$1'" ;;
-		stop) ns_exec "$1" bash -c "source '$SCRIPT'; sshd_stop" ;;
-		*) die "usage: $PROG sshd NAME start|stop" ;;
-		esac
-		;;
 	cut | heal | cephcut | cephheal)
 		[ $# -eq 1 ] || die "usage: $PROG $cmd NAME"
 		valid_host "$1"
@@ -437,7 +393,7 @@ main() {
 		cephheal) rules_del "$1" "${CEPH_CUT_RULES[@]}" ;;
 		esac
 		;;
-	*) die "usage: $PROG up NAME...|down|exec NAME CMD...|libvirtd NAME start|stop|restart|sshd NAME start|stop|cut|heal|cephcut|cephheal NAME" ;;
+	*) die "usage: $PROG up NAME...|down|exec NAME CMD...|libvirtd NAME start|stop|restart|cut|heal|cephcut|cephheal NAME" ;;
 	esac
 }
 
