@@ -61,9 +61,9 @@ fuzzlog=$(mktemp /tmp/rbdfence-fuzzlog.XXXXXX)
 nice -n 10 bash test/fuzz.sh >"$fuzzlog" 2>&1 &
 fuzzpid=$!
 # go test runs the packages in the order given, two at a time here: the
-# longest ones first (test/oned ~10 minutes, test/packaging ~4, test/frontend
-# and test/hook ~2-4), so that the short ones fill the other slot instead of
-# the long ones running last, alone.
+# longest ones first (test/oned 9-13 minutes, test/frontend 3-6,
+# test/packaging 2-3, test/hook about 2: Dec 3), so that the short ones fill
+# the other slot instead of the long ones running last, alone.
 rc=0
 t0=$SECONDS
 $GO test -tags pacific -count=1 -timeout 40m ./test/oned ./test/packaging ./test/frontend ./test/hook ./... || rc=$?
