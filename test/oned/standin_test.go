@@ -148,7 +148,7 @@ func TestStandInMatchesOned(t *testing.T) {
 		if err := xml.Unmarshal([]byte(doc), &d); err != nil {
 			t.Fatal(err)
 		}
-		sv := onedsim.VM{ID: rv.ID, Name: rv.Name, State: rv.State, LCMState: rv.LCMState, STime: rv.Stime, TMMadSystem: d.TMS, DeployID: "-"}
+		sv := onedsim.VM{ID: rv.ID, Name: rv.Name, State: rv.State, LCMState: rv.LCMState, STime: rv.Stime, TMMadSystem: d.TMS}
 		for _, dk := range d.Disks {
 			a := map[string]string{}
 			for _, kv := range attrs(t, dk.Inner) {

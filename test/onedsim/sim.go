@@ -23,8 +23,8 @@ const (
 	CodeLocked         = 0x8000
 )
 
-// DefaultVersion is what one.system.version answers.
-const DefaultVersion = "6.6.0"
+// Version is what one.system.version answers.
+const Version = "6.6.0"
 
 // Update is one one.vm.update call as the simulator received it.
 type Update struct {
@@ -44,8 +44,7 @@ type failSpec struct {
 // Sim is an oned stand-in speaking OpenNebula's XML-RPC on /RPC2. Create it
 // with New, add VMs, then Start it (or mount Handler yourself).
 type Sim struct {
-	auth    string
-	version string
+	auth string
 
 	mu      sync.Mutex
 	vms     map[int]*vmRec
@@ -65,11 +64,10 @@ type Sim struct {
 // New returns a simulator accepting the session "user:password" auth.
 func New(auth string) *Sim {
 	return &Sim{
-		auth:    auth,
-		version: DefaultVersion,
-		vms:     map[int]*vmRec{},
-		fail:    map[string]*failSpec{},
-		calls:   map[string]int{},
+		auth:  auth,
+		vms:   map[int]*vmRec{},
+		fail:  map[string]*failSpec{},
+		calls: map[string]int{},
 	}
 }
 
@@ -523,7 +521,5 @@ func (s *Sim) vmPoolInfo(name string, p []any) []byte {
 }
 
 func (s *Sim) systemVersion(string, []any) []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return encodeResponse(true, s.version, 0)
+	return encodeResponse(true, Version, 0)
 }

@@ -382,7 +382,7 @@ func TestUnknownMethodIsAFault(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 	v, err := goca.NewController(c).SystemVersion()
-	if err != nil || v != onedsim.DefaultVersion {
+	if err != nil || v != onedsim.Version {
 		t.Errorf("SystemVersion = %q, %v", v, err)
 	}
 }
