@@ -29,6 +29,8 @@ PKGS=(
 	ruby-treetop ruby-ipaddress ruby-parse-cron
 	# ... and the tools its drivers call on the front-end and the hosts
 	rsync genisoimage pciutils libxml2-utils netcat-openbsd
+	# source NAT toward Ceph for the NAT rows of test/oned (hosts.sh nat)
+	nftables
 )
 
 missing() {

@@ -210,6 +210,11 @@ type Who struct {
 	// this step when it is Host itself (empty when the step runs elsewhere,
 	// e.g. on the front-end). Only global unicast addresses identify a host.
 	HostIPs []netip.Addr
+	// Behind are the addresses Ceph sees for the clients of the machine
+	// running this step that are not the machine's own (HostView.Behind):
+	// NAT toward Ceph, or host_addresses that are not what Ceph sees. Its
+	// clients cannot then be told from another host's by address.
+	Behind []netip.Addr
 	// Incoming is the handover this start or record belongs to: the window
 	// the hook's `migrate begin` accepted, kept in its incoming-migration
 	// mark. nil for every other start (the front-end's always).

@@ -2,7 +2,9 @@ package engine
 
 import (
 	"fmt"
+	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -147,4 +149,44 @@ func (e *MigrationOpenError) Error() string {
 	w := e.Recorded.Window
 	return fmt.Sprintf("VM %d: a live migration %s -> %s (deploy #%d) is open in its claim and this start on %s is not its handover: not fencing either copy and not starting another; "+
 		"if the migration ended, the next OpenNebula action on the VM settles it (or run 'onevm recover')", e.VM, w.Src, w.Dst, w.Seq, e.Host)
+}
+
+// BehindNATError: a failmigrate on a host whose Ceph clients show Ceph an
+// address that is not the host's own (NAT toward Ceph, or host_addresses
+// that are not what Ceph sees): its clients cannot be told from the other
+// host's by address, so nothing is fenced and the claim's window stays.
+type BehindNATError struct {
+	VM       int
+	Host     string
+	Seen     []netip.Addr // the addresses Ceph sees that are not Host's
+	Src, Dst string
+}
+
+func (e *BehindNATError) Error() string {
+	return fmt.Sprintf("refused, nothing fenced: Ceph sees %s as %s, not its own address (NAT?); VM %d's copies on %s and %s cannot be told apart: "+
+		"check 'virsh -r list --all' on both, stop the copy that must not run, then 'onevm recover' by where it runs (README: Hosts behind NAT)",
+		e.Host, joinAddrs(e.Seen), e.VM, e.Src, e.Dst)
+}
+
+// SharedAddressError: the two hosts of a live migration show Ceph one
+// address, so the fence that closes its window cannot tell their clients
+// apart: nothing is fenced and the claim's window stays.
+type SharedAddressError struct {
+	VM    int
+	Hosts [2]string // the host the step runs on, the other
+	Addr  netip.Addr
+}
+
+func (e *SharedAddressError) Error() string {
+	return fmt.Sprintf("refused, nothing fenced: hosts %s and %s both show Ceph %s; VM %d's copies on them cannot be told apart: "+
+		"give each host its own address toward Ceph (README: Hosts behind NAT), then 'onevm recover' by where the VM runs",
+		e.Hosts[0], e.Hosts[1], e.Addr, e.VM)
+}
+
+func joinAddrs(as []netip.Addr) string {
+	var ss []string
+	for _, a := range as {
+		ss = append(ss, a.String())
+	}
+	return strings.Join(ss, ", ")
 }

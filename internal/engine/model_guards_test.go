@@ -12,7 +12,6 @@ package engine_test
 
 import (
 	"errors"
-	"net/netip"
 
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/outcome"
@@ -223,7 +222,7 @@ func (w *world) hookRecord(o *stepOut, crash int, h int) (refused bool) {
 		if mutant("started-fences") {
 			return e.Start(ctx, who, w.imgsOf(c), dry)
 		}
-		return e.Record(ctx, who, w.imgsOf(c), engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{mIP(h)}})
+		return e.Record(ctx, who, w.imgsOf(c), engine.Scope{Kind: engine.ScopeOnHost, HostIPs: w.scope(h)})
 	})
 	if err == nil {
 		o.sayf("recorded")

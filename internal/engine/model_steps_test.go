@@ -491,7 +491,7 @@ func (w *world) steps(b bound) []step {
 				} else {
 					who := w.who(dst, w.op.seq, engine.SourceFrontend)
 					_, err := w.call(o, crash, engine.SourceFrontend, "postmigrate", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
-						return e.CloseWindow(ctx, who, w.imgsOf(c), mHosts[src], mHosts[dst], []netip.Addr{mIP(dst)}, engine.Migrated)
+						return e.CloseWindow(ctx, who, w.imgsOf(c), mHosts[src], mHosts[dst], w.scope(dst), engine.Migrated)
 					})
 					if err != nil {
 						o.sayf("postmigrate failed (only logged)")
@@ -532,7 +532,7 @@ func (w *world) steps(b bound) []step {
 						who.Domain = w.sourceJobAnswer(src)
 					}
 					_, _ = w.call(o, crash, engine.SourceFrontend, "failmigrate", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
-						return e.CloseWindow(ctx, who, w.imgsOf(c), mHosts[src], mHosts[dst], []netip.Addr{mIP(on)}, outcome)
+						return e.CloseWindow(ctx, who, w.imgsOf(c), mHosts[src], mHosts[dst], w.scope(on), outcome)
 					})
 					// A failmigrate runs after a known failure of the
 					// action's own virsh migrate; a job fenced here is an
@@ -569,7 +569,7 @@ func (w *world) steps(b bound) []step {
 						// would refuse it: the job runs).
 						who.Domain = engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobNone, JobSaid: "Job type: None"}
 						_, _ = w.call(o, -1, engine.SourceFrontend, "failmigrate", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
-							return e.CloseWindow(ctx, who, w.imgsOf(c), mHosts[src], mHosts[dst], []netip.Addr{mIP(dst)}, engine.Failed)
+							return e.CloseWindow(ctx, who, w.imgsOf(c), mHosts[src], mHosts[dst], w.scope(dst), engine.Failed)
 						})
 						w.checkMidMigration(o, dst, "")
 					} else {
@@ -656,7 +656,7 @@ func (w *world) steps(b bound) []step {
 					return
 				}
 				in := &w.insts[d.inst]
-				in.addr1 = engine.Addr{IP: mIP(h), Nonce: in.addr.Nonce + 9000}
+				in.addr1 = engine.Addr{IP: w.cephIP(h), Nonce: in.addr.Nonce + 9000}
 				w.f.Attach(mDisk1, in.addr1, in.running)
 				w.attached = true
 				w.op.stage = stAttachRecord
@@ -677,7 +677,7 @@ func (w *world) steps(b bound) []step {
 					if c > 0 {
 						return nil, nil
 					}
-					return e.Record(ctx, who, []engine.Image{mDisk1}, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{mIP(h)}})
+					return e.Record(ctx, who, []engine.Image{mDisk1}, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: w.scope(h)})
 				})
 			}})
 	}
@@ -822,7 +822,7 @@ func (w *world) steps(b bound) []step {
 				}
 				who := w.who(bg.host, bg.seq, engine.SourceFrontend)
 				_, _ = w.call(o, crash, engine.SourceFrontend, "record", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
-					return e.Record(ctx, who, w.imgsOf(c), engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{mIP(bg.host)}})
+					return e.Record(ctx, who, w.imgsOf(c), engine.Scope{Kind: engine.ScopeOnHost, HostIPs: w.scope(bg.host)})
 				})
 			}})
 	}

@@ -167,6 +167,16 @@ func transitionMutant() func(*engine.Claim, engine.Event) engine.Ready {
 			}
 			return engine.Transition(prev, ev)
 		}
+	case "nat-close-by-address":
+		// Issue 31 item 1 reverted: the close of a window behind NAT
+		// tells the hosts apart by the address Ceph sees, as if it
+		// were the host's own.
+		return func(prev *engine.Claim, ev engine.Event) engine.Ready {
+			if ev.Op == engine.OpCloseWindow {
+				ev.Who.Behind = nil
+			}
+			return engine.Transition(prev, ev)
+		}
 	case "no-carry":
 		// Item 7 reverted: each rewrite built its claim from what it saw;
 		// a record kept no window.
@@ -724,6 +734,10 @@ func TestModelInvariantsCanFail(t *testing.T) {
 		// host: that claim is not the VM's, the instance it records (its
 		// clients invisible) is not fenced, and fence-host says done.
 		{"fence-host-no-placement", "host-fence-missed", bound{depth: 2, changes: 1, faults: 1}, newWorldLegacy},
+		// Issue 31 item 1: every host reaches Ceph through one NAT; a
+		// failmigrate on the destination fences "every client here" by the
+		// address Ceph sees, the running source's among them.
+		{"nat-close-by-address", "live-fenced", bound{depth: 8, changes: 1, faults: 1}, newWorldNAT},
 		// Item 10: the restore's start does not say it is a restore: the
 		// sleeping guest is refused as running.
 		{"no-wake", "wake-refused", bound{depth: 3, changes: 2}, nil},
@@ -800,6 +814,12 @@ func newWorldOther() *world {
 
 // newWorldClusters is newWorld with the VM's disks in two clusters (item 9).
 func newWorldClusters() *world { return newWorldWith(&features{clusters: 2}) }
+
+// newWorldNAT is newWorld with every host behind one NAT toward Ceph
+// (issue 31 item 1): no address tells the hosts' clients apart.
+func newWorldNAT() *world {
+	return newWorldWith(&features{libvirt: true, create: true, nat: true, clusters: 1})
+}
 
 // migratedMissedClose are the steps from newWorld to a live migration
 // h1→h2 that libvirt completed while its postmigrate never came (oned died;
@@ -897,6 +917,7 @@ func TestModelWorlds(t *testing.T) {
 		{"host-failure", newWorldMigratedShared, bound{depth: 9, changes: 2, faults: 1, ticks: 1}},
 		{"legacy-claim-host-failure", newWorldLegacy, bound{depth: 6, changes: 1, faults: 1, ticks: 1}},
 		{"two-clusters", newWorldClusters, bound{depth: 9, changes: 2, faults: 1, ticks: 1}},
+		{"one-nat-toward-ceph", newWorldNAT, bound{depth: 9, changes: 2, faults: 1, ticks: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := exploreFrom(tc.b, tc.root)

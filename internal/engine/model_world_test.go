@@ -87,6 +87,9 @@ type features struct {
 	// STIME): a step that knows the VM's STIME reads it as the VM's only
 	// on evidence (engine.Claim.BelongsTo), else uses the VM's own object.
 	legacy bool
+	// nat: every host reaches Ceph through one NAT: the clients of each
+	// show Ceph mNAT, an address no host has (issue 31 item 1).
+	nat bool
 }
 
 // imgsOf are the VM's disks in cluster c (the attached disk in cluster 0).
@@ -105,6 +108,26 @@ func (w *world) imgsOf(c int) []engine.Image {
 const mFile0 = int64(1767225600)
 
 func mIP(h int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(h + 1)}) }
+
+// mNAT is the address every host's clients show Ceph with feat.nat.
+var mNAT = netip.AddrFrom4([4]byte{10, 0, 0, 200})
+
+// cephIP is the address Ceph sees for host h's clients.
+func (w *world) cephIP(h int) netip.Addr {
+	if w.feat.nat {
+		return mNAT
+	}
+	return mIP(h)
+}
+
+// scope is the scope of host h's records and closes (HostView.Scope): its
+// address and the one Ceph sees for its clients.
+func (w *world) scope(h int) []netip.Addr {
+	if w.feat.nat {
+		return []netip.Addr{mIP(h), mNAT}
+	}
+	return []netip.Addr{mIP(h)}
+}
 
 // lcm is oned's state of the VM, as far as the model needs it.
 type lcm int
@@ -405,7 +428,7 @@ func newWorldWith(feat *features) *world {
 		e, _ := w.engineOn(c, -1, nil)
 		rec := w.who(0, -1, engine.SourceHook)
 		rec.Instance = file
-		if _, err := e.Record(ctx, rec, w.imgsOf(c), engine.Scope{Kind: engine.ScopeOnHost, HostIPs: []netip.Addr{mIP(0)}}); err != nil {
+		if _, err := e.Record(ctx, rec, w.imgsOf(c), engine.Scope{Kind: engine.ScopeOnHost, HostIPs: w.scope(0)}); err != nil {
 			panic(err)
 		}
 	}
@@ -484,12 +507,12 @@ var windowKeys = map[windowKeyMemo]string{}
 // each of the VM's disks (in each cluster; the attached disk's too).
 func (w *world) open(h, seq int, running bool) int {
 	n := uint32(101 + len(w.insts))
-	in := inst{host: h, addr: engine.Addr{IP: mIP(h), Nonce: n}, seq: seq, running: running, ident: w.hosts[h].dom.ident}
+	in := inst{host: h, addr: engine.Addr{IP: w.cephIP(h), Nonce: n}, seq: seq, running: running, ident: w.hosts[h].dom.ident}
 	if len(w.fs) > 1 {
-		in.addr2 = engine.Addr{IP: mIP(h), Nonce: n + 5000}
+		in.addr2 = engine.Addr{IP: w.cephIP(h), Nonce: n + 5000}
 	}
 	if w.attached {
-		in.addr1 = engine.Addr{IP: mIP(h), Nonce: n + 9000}
+		in.addr1 = engine.Addr{IP: w.cephIP(h), Nonce: n + 9000}
 	}
 	w.insts = append(w.insts, in)
 	if !w.hosts[h].cut {
@@ -551,8 +574,13 @@ func (w *world) killDom(h int) {
 func (w *world) who(h, seq int, source string) engine.Who {
 	w.runs++
 	w.lastWho = engine.Who{VM: mVM, Seq: seq, Host: mHosts[h], Source: source, Run: fmt.Sprintf("run%d", w.runs), Stime: w.stimeOf(false)}
-	return engine.Who{VM: mVM, Seq: seq, Host: mHosts[h], Source: source, Run: fmt.Sprintf("run%d", w.runs), Pool: mPool,
+	who := engine.Who{VM: mVM, Seq: seq, Host: mHosts[h], Source: source, Run: fmt.Sprintf("run%d", w.runs), Pool: mPool,
 		HostIPs: []netip.Addr{mIP(h)}, Stime: w.stimeOf(false)}
+	if w.feat.nat {
+		// HostView: the address Ceph sees is no host's own: no identity.
+		who.HostIPs, who.Behind = nil, []netip.Addr{mNAT}
+	}
+	return who
 }
 
 // errCrashed is what every Ceph call returns once the step's process died.

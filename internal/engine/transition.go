@@ -530,6 +530,9 @@ func closeWindow(prev *Claim, ev Event) Ready {
 		// front-end to the destination (hoststep.Request.SrcDomain).
 		return Ready{Refusal: &MigrationUnknownError{VM: w.VM, Src: src, Dst: dst, Domain: domainName(w.VM), Said: jobSaid(w.Domain)}}
 	}
+	if err := tellApart(prev, ev); err != nil {
+		return Ready{Refusal: err}
+	}
 	scope := Scope{HostIPs: ev.Here}
 	next := &Claim{Seq: w.Seq, Source: w.Source, State: StateRunning}
 	if prev != nil && (next.Seq < 0 || prev.Seq > next.Seq) {
@@ -827,4 +830,59 @@ func jobSaid(d Domain) string {
 		return "did not answer about the domain's job (" + d.JobSaid + ")"
 	}
 	return "was not asked about the domain's job"
+}
+
+// tellApart refuses the close of a migration's window when the fence it
+// decides, which tells the two hosts' clients apart by address, cannot:
+//   - a failmigrate (Failed, FailedFromSource) on a host whose clients show
+//     Ceph an address that is not the host's own (w.Behind: NAT toward
+//     Ceph). The other host may show Ceph the same address, and fencing
+//     "every client here" (Failed) would fence the running source, "every
+//     client not here" (FailedFromSource) would miss the destination's copy.
+//     A postmigrate goes on: it fences only lock owners outside this host's
+//     scope, which holds the address Ceph sees for the migrated QEMU, so the
+//     live copy is never among them;
+//   - any close on a host whose scope holds an address the claim records for
+//     the other host (the source's host addresses, the destination's
+//     clients): the two hosts show Ceph one address.
+func tellApart(prev *Claim, ev Event) error {
+	w := ev.Who
+	if len(w.Behind) > 0 && ev.Outcome != Migrated {
+		return &BehindNATError{VM: w.VM, Host: w.Host, Seen: w.Behind, Src: ev.Src, Dst: ev.Dst}
+	}
+	other, addrs := otherHost(prev, ev)
+	for _, a := range addrs {
+		if a.IsGlobalUnicast() && slices.Contains(ev.Here, a) {
+			return &SharedAddressError{VM: w.VM, Hosts: [2]string{w.Host, other}, Addr: a}
+		}
+	}
+	return nil
+}
+
+// otherHost is the other host of the migration a close runs for, and the
+// addresses the claim records for it: for a close on the destination, the
+// source (its name when it is an IP, the claim's host addresses while the
+// claim's host is the source); for FailedFromSource, on the source, the
+// destination (its name when it is an IP, the window's destination clients).
+func otherHost(prev *Claim, ev Event) (string, []netip.Addr) {
+	name := ev.Src
+	if ev.Outcome == FailedFromSource {
+		name = ev.Dst
+	}
+	var out []netip.Addr
+	if ip, err := netip.ParseAddr(name); err == nil {
+		out = append(out, ip.Unmap())
+	}
+	if prev == nil {
+		return name, out
+	}
+	switch {
+	case ev.Outcome == FailedFromSource && prev.Window != nil:
+		for _, a := range prev.Window.DstAddrs {
+			out = append(out, a.IP.Unmap())
+		}
+	case ev.Outcome != FailedFromSource && strings.EqualFold(prev.Host, ev.Src):
+		out = append(out, prev.HostAddrs...)
+	}
+	return name, out
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -196,5 +197,63 @@ func TestTransitionStartAfterWindow(t *testing.T) {
 	old.Domain = engine.Domain{Seen: engine.DomainAbsent, Said: "shut off"}
 	if rd := engine.Transition(withWindow(), engine.Event{Op: engine.OpStart, Who: old, Now: tNow}); !errors.As(rd.Refusal, &nd) {
 		t.Fatalf("a start of deploy #3 while the window of #4 is open: %+v", rd)
+	}
+}
+
+// The close of a live migration's window tells the two hosts' clients
+// apart by address (issue 31 item 1): a failmigrate on a host behind NAT
+// toward Ceph, or any close where both hosts show Ceph one address, is
+// refused and fences nothing; a postmigrate behind NAT goes on, its scope
+// holding the address Ceph sees for the migrated QEMU.
+func TestTransitionCloseWindowTellsHostsApart(t *testing.T) {
+	nat := netip.MustParseAddr("10.78.0.1")
+	migrating := func() *engine.Claim {
+		c := running()
+		c.Window = &engine.Window{Src: "h1", Dst: "h2", Seq: 4, From: 3, Instance: 1000, Opened: tNow, Expires: tNow.Add(time.Minute)}
+		return c
+	}
+	onSrc := engine.Domain{Seen: engine.DomainActive, Said: "running", Job: engine.JobNone}
+	for _, tc := range []struct {
+		name    string
+		claim   func() *engine.Claim
+		host    string
+		outcome engine.MigrationOutcome
+		here    []netip.Addr
+		behind  []netip.Addr
+		refusal any // nil: decided, with a fence
+	}{
+		{"postmigrate, direct", migrating, "h2", engine.Migrated, []netip.Addr{netip.MustParseAddr("10.0.0.2")}, nil, nil},
+		{"postmigrate behind NAT", migrating, "h2", engine.Migrated, []netip.Addr{netip.MustParseAddr("10.0.0.2"), nat}, []netip.Addr{nat}, nil},
+		{"failmigrate on dst, direct", migrating, "h2", engine.Failed, []netip.Addr{netip.MustParseAddr("10.0.0.2")}, nil, nil},
+		{"failmigrate on dst behind NAT", migrating, "h2", engine.Failed, []netip.Addr{netip.MustParseAddr("10.0.0.2"), nat}, []netip.Addr{nat}, new(*engine.BehindNATError)},
+		{"failmigrate on src behind NAT", migrating, "h1", engine.FailedFromSource, []netip.Addr{netip.MustParseAddr("10.0.0.1"), nat}, []netip.Addr{nat}, new(*engine.BehindNATError)},
+		{"postmigrate, dst shows the source's address", migrating, "h2", engine.Migrated, []netip.Addr{netip.MustParseAddr("10.0.0.1")}, nil, new(*engine.SharedAddressError)},
+		{"failmigrate on dst, dst shows the source's address", migrating, "h2", engine.Failed, []netip.Addr{netip.MustParseAddr("10.0.0.1")}, nil, new(*engine.SharedAddressError)},
+		{"failmigrate on src, the destination's clients show its address", func() *engine.Claim {
+			c := migrating()
+			c.Window.DstAddrs = []engine.Addr{tAddr("10.0.0.1:0/77")}
+			return c
+		}, "h1", engine.FailedFromSource, []netip.Addr{netip.MustParseAddr("10.0.0.1")}, nil, new(*engine.SharedAddressError)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := tWho(tc.host, 4, engine.SourceFrontend, "")
+			w.Behind, w.Domain = tc.behind, onSrc
+			rd := engine.Transition(tc.claim(), engine.Event{Op: engine.OpCloseWindow, Who: w, Now: tNow, Src: "h1", Dst: "h2", Here: tc.here, Outcome: tc.outcome})
+			if tc.refusal != nil {
+				if rd.Refusal == nil || !errors.As(rd.Refusal, tc.refusal) || rd.Fence != nil || rd.Next != nil {
+					t.Fatalf("want a %T refusal that fences and writes nothing, got %+v", tc.refusal, rd)
+				}
+				if msg := rd.Refusal.Error(); !strings.HasPrefix(msg, "refused, nothing fenced: ") || !strings.Contains(msg, "README: Hosts behind NAT") {
+					t.Fatalf("the refusal does not say what happened first and where to read on: %s", msg)
+				}
+				return
+			}
+			if rd.Refusal != nil || rd.Fence == nil || rd.Next == nil {
+				t.Fatalf("want a fence and a claim, got %+v", rd)
+			}
+			if !slices.Equal(rd.Fence.Scope.HostIPs, tc.here) {
+				t.Fatalf("the fence's scope is %v, want the host's scope %v", rd.Fence.Scope.HostIPs, tc.here)
+			}
+		})
 	}
 }

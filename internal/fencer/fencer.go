@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -119,7 +120,7 @@ func hostIPs(cfg *config.Config) ([]netip.Addr, error) {
 			if err != nil {
 				return nil, fmt.Errorf("host_addresses: %q: %v", s, err)
 			}
-			out = append(out, a)
+			out = append(out, a.Unmap())
 		}
 		return out, nil
 	}
@@ -134,4 +135,18 @@ func hostIPs(cfg *config.Config) ([]netip.Addr, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
 	return out, nil
+}
+
+// hostView is this host's own addresses ips with those Ceph learned for our
+// client (own): only global unicast ones identify a host, an IPv4 address
+// in either form.
+func hostView(ips []netip.Addr, own []engine.Addr) engine.HostView {
+	v := engine.HostView{Own: ips}
+	for _, a := range own {
+		if ip := a.IP.Unmap(); ip.IsGlobalUnicast() && !slices.Contains(v.Seen, ip) {
+			v.Seen = append(v.Seen, ip)
+		}
+	}
+	slices.SortFunc(v.Seen, netip.Addr.Compare)
+	return v
 }

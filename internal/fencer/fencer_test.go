@@ -4,6 +4,7 @@ package fencer
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -219,6 +220,39 @@ func TestStepsWithoutCeph(t *testing.T) {
 				if resp.OK != tc.ok || resp.Kind != tc.kind || !strings.Contains(resp.Error, tc.err) || (tc.ok && resp.Report == nil) {
 					t.Errorf("%s: %+v", resp.Op, resp)
 				}
+			}
+		})
+	}
+}
+
+// hostView keeps, of the addresses Ceph learned for our client, the global
+// unicast IPs, once each, IPv4 in one form: the loopback of a cluster on
+// this machine identifies no host and widens no scope.
+func TestHostView(t *testing.T) {
+	ip := netip.MustParseAddr
+	own := []netip.Addr{ip("10.0.0.1")}
+	for _, tc := range []struct {
+		name string
+		seen []string
+		want []netip.Addr
+	}{
+		{"direct", []string{"10.0.0.1:0/5", "v1:10.0.0.1:0/5"}, []netip.Addr{ip("10.0.0.1")}},
+		{"mapped form", []string{"[::ffff:10.0.0.1]:0/5"}, []netip.Addr{ip("10.0.0.1")}},
+		{"behind NAT", []string{"203.0.113.9:0/5"}, []netip.Addr{ip("203.0.113.9")}},
+		{"cluster on this machine", []string{"127.0.0.1:0/5"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var as []engine.Addr
+			for _, s := range tc.seen {
+				a, err := engine.ParseAddr(s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				as = append(as, a)
+			}
+			v := hostView(own, as)
+			if fmt.Sprint(v.Seen) != fmt.Sprint(tc.want) || fmt.Sprint(v.Own) != fmt.Sprint(own) {
+				t.Fatalf("hostView(%v, %v) = %+v, want Seen %v", own, tc.seen, v, tc.want)
 			}
 		})
 	}

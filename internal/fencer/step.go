@@ -167,19 +167,20 @@ func runGroup(ctx context.Context, cfg *config.Config, req *hoststep.Request, g 
 			return nil, err
 		}
 	}
+	// The addresses this host's clients show Ceph: its own (ips) and those
+	// Ceph learned for this step's client, the same for every client of
+	// the host (behind NAT toward Ceph, an address the host does not
+	// have). The scope of a record and of a window's close is both.
+	view := hostView(ips, sess.Cluster.OwnAddrs())
+	scope := view.Scope()
 	if !req.Local {
-		// This step runs on req.Host: the address Ceph sees for its clients
-		// identifies the host in the claim, whatever name OpenNebula or
-		// host_name give it. (Not the interface list: virbr0's 192.168.122.1
-		// is on every libvirt host.)
-		seen := map[netip.Addr]bool{}
-		for _, a := range sess.Cluster.OwnAddrs() {
-			ip := a.IP.Unmap() // a host's identity is its IP, in either form
-			if ip.IsGlobalUnicast() && !seen[ip] {
-				seen[ip] = true
-				who.HostIPs = append(who.HostIPs, ip)
-			}
-		}
+		// This step runs on req.Host: the addresses Ceph sees for its
+		// clients that are the host's own identify it in the claim,
+		// whatever name OpenNebula or host_name give it. (Not the whole
+		// interface list: virbr0's 192.168.122.1 is on every libvirt host;
+		// not an address the host does not have: behind one NAT, every
+		// host shows Ceph the same.)
+		who.HostIPs, who.Behind = view.Identity(), view.Behind()
 	}
 	switch {
 	case dry && req.Op == hoststep.OpAttach:
@@ -189,17 +190,17 @@ func runGroup(ctx context.Context, cfg *config.Config, req *hoststep.Request, g 
 	case hoststep.OpCheck, hoststep.OpStart:
 		return sess.Engine.Start(ctx, who, g.Images, dry)
 	case hoststep.OpRecord:
-		return sess.Engine.Record(ctx, who, g.Images, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: ips})
+		return sess.Engine.Record(ctx, who, g.Images, engine.Scope{Kind: engine.ScopeOnHost, HostIPs: scope})
 	case hoststep.OpPremigrate:
 		return sess.Engine.OpenWindow(ctx, who, req.Src, req.Dst, time.Duration(cfg.Fence.MigrationWindow))
 	case hoststep.OpPostmigrate:
-		return sess.Engine.CloseWindow(ctx, who, g.Images, req.Src, req.Dst, ips, engine.Migrated)
+		return sess.Engine.CloseWindow(ctx, who, g.Images, req.Src, req.Dst, scope, engine.Migrated)
 	case hoststep.OpFailmigrate:
 		outcome := engine.Failed
 		if req.Host == req.Src && req.Src != req.Dst {
 			outcome = engine.FailedFromSource // dst unreachable: fence all that is not here
 		}
-		return sess.Engine.CloseWindow(ctx, who, g.Images, req.Src, req.Dst, ips, outcome)
+		return sess.Engine.CloseWindow(ctx, who, g.Images, req.Src, req.Dst, scope, outcome)
 	case hoststep.OpAttach:
 		return sess.Engine.Attach(ctx, who, g.Images)
 	case hoststep.OpIncoming:
