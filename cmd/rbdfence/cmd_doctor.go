@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"slices"
 	"sort"
@@ -44,7 +45,9 @@ func (p cephProbe) ReadProbe(ctx context.Context, pool string) error {
 }
 
 func (p cephProbe) CanBlocklist(ctx context.Context) error { return p.s.Cluster.CanBlocklist(ctx) }
-func (p cephProbe) Close()                                 { p.s.Close() }
+
+func (p cephProbe) SeenAddrs() []netip.Addr { return engine.SeenIPs(p.s.Cluster.OwnAddrs()) }
+func (p cephProbe) Close()                  { p.s.Close() }
 
 // liveHostFences: the hosts whose fence-host entries are still in the
 // blocklist (from the audit log of this machine).

@@ -102,6 +102,16 @@ func runFenceHost(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	if err != nil {
 		return fail(usagef("fence-host: %v; nothing was fenced", err))
 	}
+	// A fence by address cannot tell the host from another that shows
+	// Ceph the same address (hosts behind one NAT toward Ceph).
+	pool, err := one.Hosts(ctx)
+	if err != nil {
+		return fail(onedErr("listing the hosts", err))
+	}
+	if other, a, ok := hostaddrs.SharedWith(host.Name, ips, pool); ok {
+		return fail(usagef("fence-host: refused, nothing fenced: hosts %s and %s both have address %s (%s of %s): a fence by address would fence %s's clients too; give each host its own address toward Ceph (README: Hosts behind NAT)",
+			host.Name, other, a, opennebula.AttrHostAddresses, other, other))
+	}
 	vms, err := one.VMsOnHost(ctx, host.Name)
 	if err != nil {
 		return fail(onedErr("listing the VMs on "+host.Name, err))

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/frontend"
+	"github.com/rbdfence/rbdfence/internal/hostaddrs"
 	"github.com/rbdfence/rbdfence/internal/hostversions"
 	"github.com/rbdfence/rbdfence/internal/opennebula"
 )
@@ -34,6 +36,9 @@ type Ceph interface {
 	ReadProbe(ctx context.Context, pool string) error
 	// CanBlocklist verifies the blocklist cap without adding an entry.
 	CanBlocklist(ctx context.Context) error
+	// SeenAddrs are the addresses Ceph learned for this connection's
+	// client, global unicast only: what every client of this host shows.
+	SeenAddrs() []netip.Addr
 	Close()
 }
 
@@ -104,6 +109,14 @@ func Run(ctx context.Context, o Options) []Result {
 			}
 			add("ceph-read", c.ReadProbe(ctx, pool), "may read lockers, watchers and claims in pool "+pool, fx.cephCaps(cfg, pool))
 			add("ceph-blocklist", c.CanBlocklist(ctx), "may add exact blocklist entries (verified without adding one)", fx.cephCaps(cfg, pool))
+			if o.Host {
+				own, err := hostaddrs.Own(cfg.HostAddresses)
+				if err != nil {
+					add("ceph-address", err, "", "correct host_addresses in "+o.ConfigPath)
+				} else {
+					out = append(out, checkCephAddress(own, c.SeenAddrs(), len(cfg.HostAddresses) > 0))
+				}
+			}
 		}
 	}
 	if o.Host {

@@ -3,6 +3,7 @@ package doctor
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"sync"
 
@@ -33,6 +34,7 @@ func checkHostAddrs(ctx context.Context, root string, cfg *config.Config) Result
 		byName[pool[i].Name] = &pool[i].HostInfo
 	}
 	type answer struct {
+		ips  []netip.Addr
 		from string
 		err  error
 	}
@@ -45,13 +47,15 @@ func checkHostAddrs(ctx context.Context, root string, cfg *config.Config) Result
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			_, from, err := hostaddrs.Of(ctx, byName[n], nil)
-			answers[i] = answer{from, err}
+			ips, from, err := hostaddrs.Of(ctx, byName[n], nil)
+			answers[i] = answer{ips, from, err}
 		}()
 	}
 	wg.Wait()
 	var bad, none, fromName []string
+	byHost := map[string][]netip.Addr{}
 	for i, n := range names {
+		byHost[n] = answers[i].ips
 		switch a := answers[i]; {
 		case a.err != nil:
 			bad = append(bad, oneLine(a.err.Error()))
@@ -62,7 +66,11 @@ func checkHostAddrs(ctx context.Context, root string, cfg *config.Config) Result
 		}
 	}
 	set := fmt.Sprintf("onehost update HOST --append with %s=\"<the IPs its Ceph clients use>\"", opennebula.AttrHostAddresses)
+	a, b, shared, twice := hostaddrs.Shared(byHost)
 	switch {
+	case twice:
+		r.Detail = fmt.Sprintf("hosts %s and %s both have address %s: fence-host of either would fence the other's clients, and it refuses (hosts behind one NAT toward Ceph? README: Hosts behind NAT)", a, b, shared)
+		r.Fix = "give each host its own address toward Ceph, and in " + opennebula.AttrHostAddresses + " only its own"
 	case len(bad) > 0:
 		r.Detail, r.Fix = "fence-host would refuse: "+strings.Join(bad, "; "), "correct the attribute: "+set
 	case len(none) > 0:

@@ -55,6 +55,12 @@ func TestCheckHostAddrs(t *testing.T) {
 	if r := checkHostAddrs(t.Context(), dir, cfg); !r.OK {
 		t.Fatalf("fixed: %+v", r)
 	}
+	// Two hosts behind one NAT toward Ceph, its address given to both.
+	sim.PutHost(onedsim.Host{ID: 5, Name: "node5.invalid", State: onedsim.HostMonitored, Template: attr("203.0.113.9")})
+	sim.PutHost(onedsim.Host{ID: 4, Name: "node4.invalid", State: onedsim.HostError, Template: attr("10.0.4.4 203.0.113.9")})
+	if r := checkHostAddrs(t.Context(), dir, cfg); r.OK || !strings.Contains(r.Detail, "hosts node4.invalid and node5.invalid both have address 203.0.113.9") || r.Fix == "" {
+		t.Fatalf("one address on two hosts: %+v", r)
+	}
 	cfg.OpenNebula.Endpoint = "http://127.0.0.1:1/RPC2"
 	if r := checkHostAddrs(t.Context(), dir, cfg); r.OK || !strings.Contains(r.Detail, "cannot list the hosts") {
 		t.Fatalf("oned down: %+v", r)

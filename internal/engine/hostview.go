@@ -54,3 +54,17 @@ func (v HostView) Scope() []netip.Addr {
 	}
 	return out
 }
+
+// SeenIPs are the IPs of own, the addresses Ceph learned for a client, as a
+// HostView's Seen: global unicast only (the loopback of a cluster on this
+// machine identifies no host), once each, IPv4 in its 4-byte form, sorted.
+func SeenIPs(own []Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range own {
+		if ip := a.IP.Unmap(); ip.IsGlobalUnicast() && !slices.Contains(out, ip) {
+			out = append(out, ip)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}

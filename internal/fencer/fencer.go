@@ -7,11 +7,7 @@ package fencer
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"net/netip"
-	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -19,6 +15,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/ceph"
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/engine"
+	"github.com/rbdfence/rbdfence/internal/hostaddrs"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
 
@@ -110,43 +107,12 @@ func Audit(cfg *config.Config, r *engine.Report, m audit.Meta) ([]audit.Record, 
 	return recs, nil
 }
 
-// HostIPs returns this host's own addresses: host_addresses from the config,
-// or every address on its interfaces.
-func hostIPs(cfg *config.Config) ([]netip.Addr, error) {
-	var out []netip.Addr
-	if len(cfg.HostAddresses) > 0 {
-		for _, s := range cfg.HostAddresses {
-			a, err := netip.ParseAddr(s)
-			if err != nil {
-				return nil, fmt.Errorf("host_addresses: %q: %v", s, err)
-			}
-			out = append(out, a.Unmap())
-		}
-		return out, nil
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, fmt.Errorf("listing this host's addresses: %w", err)
-	}
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil {
-			out = append(out, p.Addr().Unmap())
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
-	return out, nil
-}
+// hostIPs returns this host's own addresses: host_addresses from the
+// config, or every address on its interfaces.
+func hostIPs(cfg *config.Config) ([]netip.Addr, error) { return hostaddrs.Own(cfg.HostAddresses) }
 
 // hostView is this host's own addresses ips with those Ceph learned for our
-// client (own): only global unicast ones identify a host, an IPv4 address
-// in either form.
+// client (own).
 func hostView(ips []netip.Addr, own []engine.Addr) engine.HostView {
-	v := engine.HostView{Own: ips}
-	for _, a := range own {
-		if ip := a.IP.Unmap(); ip.IsGlobalUnicast() && !slices.Contains(v.Seen, ip) {
-			v.Seen = append(v.Seen, ip)
-		}
-	}
-	slices.SortFunc(v.Seen, netip.Addr.Compare)
-	return v
+	return engine.HostView{Own: ips, Seen: engine.SeenIPs(own)}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -41,5 +42,40 @@ func TestOf(t *testing.T) {
 				t.Fatalf("got %v from %q (%v), want %s from %q", got, from, err, tc.want, tc.from)
 			}
 		})
+	}
+}
+
+func TestShared(t *testing.T) {
+	ip := netip.MustParseAddr
+	for _, tc := range []struct {
+		name   string
+		in     map[string][]netip.Addr
+		a, b   string
+		shared string // "" when none
+	}{
+		{"distinct", map[string][]netip.Addr{"kvm1": {ip("10.0.0.1")}, "kvm2": {ip("10.0.0.2")}}, "", "", ""},
+		{"one NAT", map[string][]netip.Addr{"kvm2": {ip("10.0.0.2"), ip("203.0.113.9")}, "kvm1": {ip("203.0.113.9")}, "kvm3": {ip("10.0.0.3")}}, "kvm1", "kvm2", "203.0.113.9"},
+		{"a host without addresses", map[string][]netip.Addr{"kvm1": nil, "kvm2": nil}, "", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b, x, ok := hostaddrs.Shared(tc.in)
+			if ok != (tc.shared != "") || (ok && (a != tc.a || b != tc.b || x.String() != tc.shared)) {
+				t.Fatalf("Shared = %s %s %v %v, want %s %s %s", a, b, x, ok, tc.a, tc.b, tc.shared)
+			}
+		})
+	}
+}
+
+func TestOwn(t *testing.T) {
+	got, err := hostaddrs.Own([]string{"::ffff:10.0.0.2", "fd00::2"})
+	if err != nil || len(got) != 2 || got[0] != netip.MustParseAddr("10.0.0.2") {
+		t.Fatalf("Own(host_addresses) = %v, %v", got, err)
+	}
+	if _, err := hostaddrs.Own([]string{"node1"}); err == nil || !strings.Contains(err.Error(), "host_addresses") {
+		t.Fatalf("a name in host_addresses: %v", err)
+	}
+	got, err = hostaddrs.Own(nil)
+	if err != nil || !slices.Contains(got, netip.MustParseAddr("127.0.0.1")) {
+		t.Fatalf("Own(nil) = %v, %v: want the interfaces' addresses, loopback among them", got, err)
 	}
 }

@@ -177,3 +177,41 @@ func TestFenceHostScope(t *testing.T) {
 		t.Fatalf("claim after fence-host (the shareable disk's client is not the instance's): %+v", cl)
 	}
 }
+
+// TestFenceHostRefusesSharedAddress (issue 31 item 1): the failed host and
+// a healthy one have one address in their templates (both behind one NAT
+// toward Ceph, whose address the operator gave each): a fence by address
+// would fence the healthy host's clients too. fence-host refuses in one
+// line and fences nothing; once each host has its own, the same hook call
+// fences the failed host's writer.
+func TestFenceHostRefusesSharedAddress(t *testing.T) {
+	g := newRig(t)
+	const hostB = "hostB"
+	vm := 830000 + rand.IntN(90000)*10
+	im := g.c.NewImage(t, "hfn")
+	d, od := g.disk(0, im, false)
+	g.step(g.hostCfg("a", ipA), hoststep.Request{Op: hoststep.OpStart, VM: vm, Seq: 2, Host: hostA, Disks: []vmdisk.Disk{d}})
+	writer := testenv.StartZombie(t, g.c, im, "write", "--bind", ipA)
+	writer.WaitWrite(t, true, 30*time.Second)
+	if err := g.sim.Put(onedsim.VM{ID: vm, Host: hostA, HostID: 1, Seq: 2, Disks: []onedsim.Disk{od}}); err != nil {
+		t.Fatal(err)
+	}
+	g.putHost(onedsim.Host{ID: 1, Name: hostA, State: onedsim.HostError, LastMonitored: time.Now().Add(-10 * time.Minute)}, ipA)
+	g.putHost(onedsim.Host{ID: 2, Name: hostB, State: onedsim.HostMonitored, LastMonitored: time.Now()}, ipA)
+	r := run(t, g.env, g.hookStdin(1), g.fenceHost)
+	want := "refused, nothing fenced: hosts " + hostA + " and " + hostB + " both have address " + ipA
+	if r.code != 2 || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || !strings.Contains(r.stderr, want) {
+		t.Fatalf("fence-host with an address two hosts have: exit %d, want 2 and one line with %q\n%s", r.code, want, r.stderr)
+	}
+	if ev := writer.WaitWrite(t, true, 30*time.Second); !ev.OK || g.blocklisted(writer) {
+		t.Fatalf("the refused fence-host fenced %s: %+v", writer.Addr, ev)
+	}
+
+	g.putHost(onedsim.Host{ID: 2, Name: hostB, State: onedsim.HostMonitored, LastMonitored: time.Now()}, ipB)
+	if r := run(t, g.env, g.hookStdin(1), g.fenceHost); r.code != 0 {
+		t.Fatalf("fence-host once each host has its own address: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if ev := writer.WaitWrite(t, false, 30*time.Second); ev.Errno != 108 {
+		t.Fatalf("the failed host's writer: errno %d, want 108", ev.Errno)
+	}
+}

@@ -10,6 +10,9 @@
 #                                        QEMU and their Ceph clients go on
 #   test/oned/hosts.sh cephcut|cephheal NAME  cut the host off the Ceph
 #                                        cluster (and heal it)
+#   test/oned/hosts.sh nat NAME ADDR|unnat NAME  the host reaches Ceph
+#                                        through a source NAT, as ADDR (and
+#                                        directly again)
 #
 # NAME is one of rbdo-a, rbdo-b, rbdo-e (the 7.4.0 front-end's hosts; e is
 # the one the host-failure tests cut off), rbdo-c, rbdo-d, rbdo-f (6.10.5's).
@@ -290,6 +293,40 @@ CEPH_CUT_RULES=(
 	"pref 1096 to $BRIDGE_IP dport 6800-7300 blackhole"
 )
 
+# nat NAME ADDR / unnat NAME: host NAME reaches the Ceph clusters through a
+# source NAT (and no longer does). Ceph runs in the root namespace, so the
+# NAT is there, in nftables table ip rbdfence_oned_nat (hook input: what a
+# NAT router in front of Ceph does to the packets it forwards): every new
+# connection of the host to the monitors and OSDs comes from ADDR, an
+# address the host does not have, as every client of a host behind NAT
+# shows Ceph the NAT's address; several hosts given one ADDR share it.
+# Connections open before stay as they were (conntrack). The table goes
+# when its last rule does, and with down.
+NAT_TABLE=rbdfence_oned_nat
+nat_add() {
+	local h=$1 addr=$2
+	[[ $addr =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "nat: '$addr' is not an IPv4 address"
+	if ! nft list table ip "$NAT_TABLE" >/dev/null 2>&1; then
+		printf 'table ip %s {\n\tchain in {\n\t\ttype nat hook input priority 100; policy accept;\n\t}\n}\n' "$NAT_TABLE" |
+			nft -f - || die "nft: cannot create table ip $NAT_TABLE"
+	fi
+	nat_del "$h" keep
+	nft add rule ip "$NAT_TABLE" in ip saddr "${IP[$h]}" ip daddr "$BRIDGE_IP" tcp dport '{ 16784, 16798, 6800-7300 }' snat to "$addr" comment "\"$h\"" ||
+		die "nft: cannot add the NAT of $h"
+	log "$h reaches Ceph as $addr"
+}
+
+# nat_del NAME [keep]: remove NAME's NAT; the table too once it has none
+# left, unless keep.
+nat_del() {
+	local h=$1 handle
+	nft list table ip "$NAT_TABLE" >/dev/null 2>&1 || return 0
+	for handle in $(nft -a list chain ip "$NAT_TABLE" in | sed -n "s/.*comment \"$h\" # handle \([0-9]*\)$/\1/p"); do
+		nft delete rule ip "$NAT_TABLE" in handle "$handle" || die "nft: cannot delete the NAT of $h"
+	done
+	[ "${2:-}" = keep ] || nft list chain ip "$NAT_TABLE" in | grep -q ' snat to ' || nft delete table ip "$NAT_TABLE"
+}
+
 # rules_add NS RULE...: add each policy rule (its "pref N" first) unless
 # its preference is taken; rules_del NS RULE...: delete them.
 rules_add() {
@@ -359,6 +396,9 @@ cmd_down() {
 		fi
 	done
 	if link_exists "$BRIDGE" && link_ours "$BRIDGE"; then q ip link del "$BRIDGE" || failed+=("$BRIDGE"); fi
+	if command -v nft >/dev/null && nft list table ip "$NAT_TABLE" >/dev/null 2>&1; then
+		nft delete table ip "$NAT_TABLE" || failed+=("nftables table $NAT_TABLE")
+	fi
 	[ ${#failed[@]} -eq 0 ] || die "not removed: ${failed[*]}"
 }
 
@@ -393,7 +433,17 @@ main() {
 		cephheal) rules_del "$1" "${CEPH_CUT_RULES[@]}" ;;
 		esac
 		;;
-	*) die "usage: $PROG up NAME...|down|exec NAME CMD...|libvirtd NAME start|stop|restart|cut|heal|cephcut|cephheal NAME" ;;
+	nat)
+		[ $# -eq 2 ] || die "usage: $PROG nat NAME ADDR"
+		valid_host "$1"
+		nat_add "$1" "$2"
+		;;
+	unnat)
+		[ $# -eq 1 ] || die "usage: $PROG unnat NAME"
+		valid_host "$1"
+		nat_del "$1"
+		;;
+	*) die "usage: $PROG up NAME...|down|exec NAME CMD...|libvirtd NAME start|stop|restart|cut|heal|cephcut|cephheal NAME|nat NAME ADDR|unnat NAME" ;;
 	esac
 }
 
