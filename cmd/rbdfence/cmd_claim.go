@@ -94,6 +94,13 @@ func runClaim(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		who = cliWho(*vm, *pool)
 	}
 	cl, _, err := s.Engine.ClaimOf(ctx, who)
+	var unknown *engine.UnknownClaimError
+	if errors.As(err, &unknown) {
+		// Shown all the same: it is what the operator must judge.
+		fmt.Fprintf(stderr, "rbdfence: VM %d's object holds a claim from an older rbdfence that is not shown to be this VM's or another's (deploy #%d on %s): "+
+			"if no copy of VM %d runs there, 'rbdfence claim reset --vm %d --legacy' removes it\n", *vm, unknown.Recorded.Seq, unknown.Recorded.Host, *vm, *vm)
+		cl, err = &unknown.Recorded, nil
+	}
 	if err != nil {
 		return err
 	}

@@ -173,7 +173,8 @@ func (e *Engine) txn(ctx context.Context, w Who, fn func(prev *Claim, fresh stil
 }
 
 // locate returns the object of w's VM's claim in w.Pool: the VM's object
-// (ClaimObject) when it holds w's VM's claim, or no claim while w's VM has
+// (ClaimObject) when it holds w's VM's claim, or a claim that may be
+// (ClaimUnknown: Transition refuses on it), or no claim, while w's VM has
 // none in its own object (ClaimObjectOf) either, else that own object. A
 // step that does not know the VM's identity uses the VM's object.
 func (e *Engine) locate(ctx context.Context, w Who) (string, error) {
@@ -193,11 +194,16 @@ func (e *Engine) locate(ctx context.Context, w Who) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if o == nil && (c == nil || belongs(c, w)) {
+	if o == nil && (c == nil || c.Belonging(w) == ClaimOurs || (c.Belonging(w) == ClaimUnknown && !unknownAsNoClaim)) {
 		return primary, nil
 	}
 	return own, nil
 }
+
+// unknownAsNoClaim makes locate read a claim of unknown belonging as no
+// claim, as before issue 31 item 2: false in every binary, set only by the
+// model's mutant fence-host-no-placement (SetUnknownAsNoClaimForModel).
+var unknownAsNoClaim = false
 
 // claimAt reads the claim in pool/oid (nil when there is none) without a lease.
 func (e *Engine) claimAt(ctx context.Context, pool string, vm int, oid string) (*Claim, error) {
@@ -226,13 +232,18 @@ func (e *Engine) ReadClaimObject(ctx context.Context, pool, oid string) (*Claim,
 }
 
 // ClaimOf returns w's VM's claim (nil when there is none) and the object
-// it is in, without a lease.
+// it is in, without a lease. A claim that is not shown to be w's VM's or
+// another's (ClaimUnknown) is no claim of w's VM: it comes back in an
+// *UnknownClaimError, with no claim.
 func (e *Engine) ClaimOf(ctx context.Context, w Who) (*Claim, string, error) {
 	oid, err := e.locate(ctx, w)
 	if err != nil {
 		return nil, "", err
 	}
 	c, err := e.claimAt(ctx, w.Pool, w.VM, oid)
+	if err == nil && c != nil && c.Belonging(w) == ClaimUnknown {
+		return nil, oid, &UnknownClaimError{VM: w.VM, Recorded: *c}
+	}
 	return c, oid, err
 }
 

@@ -190,3 +190,20 @@ func joinAddrs(as []netip.Addr) string {
 	}
 	return strings.Join(ss, ", ")
 }
+
+// UnknownClaimError: the claim in the VM's object was written by an older
+// rbdfence (no STIME) and nothing shows it to be this VM's or another's
+// (Claim.Belonging): after a restore of oned's database, say, a start
+// that read it as "no claim" would fence every client of the disks, the
+// VM's own instance running where the claim says among them. Nothing is
+// fenced; the operator checks where the VM runs and resets the claim.
+type UnknownClaimError struct {
+	VM       int
+	Recorded Claim
+}
+
+func (e *UnknownClaimError) Error() string {
+	return fmt.Sprintf("refused, nothing fenced: VM %d's claim from an older rbdfence (deploy #%d on %s) is not shown to be its own: "+
+		"check where VM %d runs ('rbdfence claim show --vm %d'); once no copy of it runs on %s, 'rbdfence claim reset --vm %d --legacy'",
+		e.VM, e.Recorded.Seq, orDash(e.Recorded.Host), e.VM, e.VM, orDash(e.Recorded.Host), e.VM)
+}

@@ -19,3 +19,11 @@ func SetHostVMWhoForModel(f func(HostVM, HostFence) Who) (undo func()) {
 	hostVMWho = f
 	return func() { hostVMWho = old }
 }
+
+// SetUnknownAsNoClaimForModel makes the engine read a claim of unknown
+// belonging as no claim, as before issue 31 item 2, until the returned
+// function is called (the model's mutant fence-host-no-placement).
+func SetUnknownAsNoClaimForModel() (undo func()) {
+	unknownAsNoClaim = true
+	return func() { unknownAsNoClaim = false }
+}

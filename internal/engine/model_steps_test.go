@@ -276,10 +276,12 @@ func (w *world) fenceHostAndReschedule(o *stepOut) {
 	if mutant("fence-host-no-placement") {
 		// As before d67a2a6: the VM's STIME alone, not oned's placement
 		// of it on the failed host; a claim an older version wrote (no
-		// STIME) is then not read as this VM's.
+		// STIME) is then not read as this VM's, and (as before issue 31
+		// item 2, which makes it refuse, incomplete) read as no claim.
 		defer engine.SetHostVMWhoForModel(func(v engine.HostVM, hf engine.HostFence) engine.Who {
 			return engine.Who{VM: v.VM, Pool: hf.Pool, Stime: v.Stime}
 		})()
+		defer engine.SetUnknownAsNoClaimForModel()()
 	}
 	e, _ := w.engine(-1, nil)
 	imgs := append(slices.Clone(w.imgsOf(0)), mShared)

@@ -62,6 +62,8 @@ package engine_test
 //	                       admitted by the front-end and by the hook;
 //	migration-refused-forever  once faults stop, oned's live migration of the
 //	                       running VM to another host completes;
+//	older-fenced-newer     a front-end start never fences a running instance
+//	                       of a newer deploy than its own;
 //	fence-untraced         every client a step blocklisted is in its event spool
 //	                       (OnBlocklisted) and, unless it crashed, in the audit
 //	                       records and events made from its result.
@@ -174,6 +176,15 @@ func transitionMutant() func(*engine.Claim, engine.Event) engine.Ready {
 		return func(prev *engine.Claim, ev engine.Event) engine.Ready {
 			if ev.Op == engine.OpCloseWindow {
 				ev.Who.Behind = nil
+			}
+			return engine.Transition(prev, ev)
+		}
+	case "unknown-as-no-claim":
+		// Issue 31 item 2 reverted: a claim of unknown belonging is no
+		// claim (the engine used the VM's own, empty, object).
+		return func(prev *engine.Claim, ev engine.Event) engine.Ready {
+			if prev != nil && prev.Belonging(ev.Who) == engine.ClaimUnknown {
+				return engine.Transition(nil, ev)
 			}
 			return engine.Transition(prev, ev)
 		}
@@ -453,6 +464,15 @@ func check(w *world, o *stepOut) []violation {
 		}
 		vs = append(vs, violation{inv: "live-fenced", class: class,
 			msg: fmt.Sprintf("the live instance q%d@%s (deploy #%d) was fenced", l+1, mHosts[in.host], in.seq)})
+	}
+	for i := range w.insts {
+		// A start never fences an instance of a newer deploy than its own
+		// (the VM's, running: a migrated copy carries its deploy).
+		in := w.insts[i]
+		if in.fencedBy == o && !in.foreign && !in.gone && in.running && o.startSource == engine.SourceFrontend && o.startSeq >= 0 && in.seq > o.startSeq {
+			vs = append(vs, violation{inv: "older-fenced-newer",
+				msg: fmt.Sprintf("the start of deploy #%d fenced q%d@%s of the newer deploy #%d", o.startSeq, i+1, mHosts[in.host], in.seq)})
+		}
 	}
 	if len(o.fencedNoTrace) > 0 {
 		class := ""
@@ -738,6 +758,11 @@ func TestModelInvariantsCanFail(t *testing.T) {
 		// failmigrate on the destination fences "every client here" by the
 		// address Ceph sees, the running source's among them.
 		{"nat-close-by-address", "live-fenced", bound{depth: 8, changes: 1, faults: 1}, newWorldNAT},
+		// Issue 31 item 2: a claim an older version wrote that nothing
+		// shows to be the VM's or another's is read as no claim (as
+		// before): after a restore of oned's database, the resume's start
+		// of deploy #1 fences the instance of deploy #2.
+		{"unknown-as-no-claim", "older-fenced-newer", bound{depth: 3, changes: 1, faults: 0}, newWorldRestoredDB},
 		// Item 10: the restore's start does not say it is a restore: the
 		// sleeping guest is refused as running.
 		{"no-wake", "wake-refused", bound{depth: 3, changes: 2}, nil},
@@ -874,7 +899,11 @@ func newWorldOutlive() *world { return newWorldWith(&features{outlive: true, clu
 // placement of the VM on the failed host (engine.HostVM.who), so that the
 // instance it records is fenced before the reschedule.
 func newWorldLegacy() *world {
-	w := newWorldWith(&features{fenceHost: true, idleCut: true, legacy: true, clusters: 1})
+	return legacyClaim(newWorldWith(&features{fenceHost: true, idleCut: true, legacy: true, clusters: 1}))
+}
+
+// legacyClaim rewrites w's claim as an older version wrote it: no STIME.
+func legacyClaim(w *world) *world {
 	oid := engine.ClaimObject(mVM)
 	var c map[string]any
 	if err := json.Unmarshal(w.f.Object(mPool, oid), &c); err != nil {
@@ -888,6 +917,34 @@ func newWorldLegacy() *world {
 	if err := w.f.WriteObject(ctx, mPool, oid, b, w.f.ObjectVersion(mPool, oid)); err != nil {
 		panic(err)
 	}
+	return w
+}
+
+// newWorldRestoredDB is issue 31 item 2's scenario: VM 42 live-migrated
+// h1→h2→h3 (deploy #2 runs on h3) under a claim an older rbdfence wrote
+// (no STIME), then oned's database restored from a backup of deploy #0 on
+// h1: oned knows neither later deploy, finds no domain on h1 and shows the
+// VM POWEROFF. Its resume deploys #1 on h1: nothing shows the claim to be
+// the VM's (not its host, not its instance, not in oned's history) or
+// another's, and the start refuses; read as "no claim" (the mutant
+// unknown-as-no-claim, as before) it fences #2 on h3, a newer deploy.
+func newWorldRestoredDB() *world {
+	w := replay(newWorldWith(&features{libvirt: true, legacy: true, clusters: 1}), append(slices.Clone(migratedMissedClose[:9]),
+		"front-end postmigrate #1 h1→h2 (on h2)")...)
+	w = replay(w, "oned: live migrate to h3",
+		"front-end premigrate #2 h2→h3 (on h2)",
+		"vmm migrate: virsh migrate one-42 h2→h3",
+		"h3 hook: migrate begin (incoming from h2)",
+		"h3 hook: prepare begin",
+		"h3 QEMU opens the image",
+		"h3 hook: started begin",
+		"migration switchover h2→h3",
+		"h2 hook: release end",
+		"front-end postmigrate #2 h2→h3 (on h3)")
+	w = legacyClaim(w)
+	w.hist = []record{{0, 0, -1}}
+	w.lcm = lcmPoweroff
+	w.op = feOp{}
 	return w
 }
 
@@ -907,22 +964,35 @@ func TestModelWorlds(t *testing.T) {
 		name string
 		root func() *world
 		b    bound
+		// expect is the one invariant the world's root makes fire by
+		// design, with a message that says this (says): the operator's
+		// step the refusal names.
+		expect, says string
 	}{
-		{"hook-only", newWorldHookOnly, bound{depth: 8, changes: 2, faults: 1, ticks: 1}},
-		{"two-installations", newWorldOther, bound{depth: 8, changes: 2, faults: 1, ticks: 1}},
-		{"missed-close-hotplug", newWorldMissedCloseHotplug, bound{depth: 9, changes: 2, faults: 1, ticks: 1}},
-		{"missed-close-late-record", newWorldMissedCloseLateRecord, bound{depth: 9, changes: 1, faults: 1, ticks: 1}},
-		{"migration-outlives-action", newWorldOutlive, bound{depth: 10, changes: 1, faults: 1, ticks: 1}},
-		{"retry-no-ssh-to-dst", newWorldNoSSH, bound{depth: 11, changes: 2, faults: 1, ticks: 0}},
-		{"host-failure", newWorldMigratedShared, bound{depth: 9, changes: 2, faults: 1, ticks: 1}},
-		{"legacy-claim-host-failure", newWorldLegacy, bound{depth: 6, changes: 1, faults: 1, ticks: 1}},
-		{"two-clusters", newWorldClusters, bound{depth: 9, changes: 2, faults: 1, ticks: 1}},
-		{"one-nat-toward-ceph", newWorldNAT, bound{depth: 9, changes: 2, faults: 1, ticks: 1}},
+		{"hook-only", newWorldHookOnly, bound{depth: 8, changes: 2, faults: 1, ticks: 1}, "", ""},
+		{"two-installations", newWorldOther, bound{depth: 8, changes: 2, faults: 1, ticks: 1}, "", ""},
+		{"missed-close-hotplug", newWorldMissedCloseHotplug, bound{depth: 9, changes: 2, faults: 1, ticks: 1}, "", ""},
+		{"missed-close-late-record", newWorldMissedCloseLateRecord, bound{depth: 9, changes: 1, faults: 1, ticks: 1}, "", ""},
+		{"migration-outlives-action", newWorldOutlive, bound{depth: 10, changes: 1, faults: 1, ticks: 1}, "", ""},
+		{"retry-no-ssh-to-dst", newWorldNoSSH, bound{depth: 11, changes: 2, faults: 1, ticks: 0}, "", ""},
+		{"host-failure", newWorldMigratedShared, bound{depth: 9, changes: 2, faults: 1, ticks: 1}, "", ""},
+		{"legacy-claim-host-failure", newWorldLegacy, bound{depth: 6, changes: 1, faults: 1, ticks: 1}, "", ""},
+		{"two-clusters", newWorldClusters, bound{depth: 9, changes: 2, faults: 1, ticks: 1}, "", ""},
+		{"one-nat-toward-ceph", newWorldNAT, bound{depth: 9, changes: 2, faults: 1, ticks: 1}, "", ""},
+		// oned's database restored: every start is refused until the
+		// operator resets the claim, as the refusal says (README: After a
+		// restore of oned's database); no fault heals that by itself.
+		{"restored-database-legacy-claim", newWorldRestoredDB, bound{depth: 8, changes: 2, faults: 1, ticks: 1},
+			"start-refused-forever", "'rbdfence claim reset --vm 42 --legacy'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := exploreFrom(tc.b, tc.root)
 			t.Logf("%s %+v: %d states, %d transitions, depth %d, %s", tc.name, tc.b, x.states, x.transitions, x.maxDepth, x.elapsed.Round(time.Millisecond))
 			for k, f := range x.found {
+				if tc.expect != "" && f.v.inv == tc.expect && strings.Contains(f.v.msg, tc.says) {
+					t.Logf("expected %s (%d states): %s", f.v.inv, f.count, f.v.msg)
+					continue
+				}
 				t.Errorf("VIOLATION %s (%d violating states; shortest trace, %d steps):\n%s    VIOLATED %s: %s",
 					k, f.count, f.trace.depth, storyFrom(f.trace, tc.b, tc.root), f.v.inv, f.v.msg)
 			}

@@ -576,6 +576,13 @@ func (w *world) who(h, seq int, source string) engine.Who {
 	w.lastWho = engine.Who{VM: mVM, Seq: seq, Host: mHosts[h], Source: source, Run: fmt.Sprintf("run%d", w.runs), Stime: w.stimeOf(false)}
 	who := engine.Who{VM: mVM, Seq: seq, Host: mHosts[h], Source: source, Run: fmt.Sprintf("run%d", w.runs), Pool: mPool,
 		HostIPs: []netip.Addr{mIP(h)}, Stime: w.stimeOf(false)}
+	if source == engine.SourceFrontend {
+		// The front-end names the VM as oned has it: its STIME and its
+		// HISTORY records (internal/frontend identify).
+		for _, r := range w.hist {
+			who.History = append(who.History, engine.Placement{Seq: r.seq, Host: mHosts[r.host]})
+		}
+	}
 	if w.feat.nat {
 		// HostView: the address Ceph sees is no host's own: no identity.
 		who.HostIPs, who.Behind = nil, []netip.Addr{mNAT}

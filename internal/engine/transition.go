@@ -154,11 +154,16 @@ type Fence struct {
 // (nil when there is none), ev the change asked. It is pure: the same
 // arguments always give the same Ready, and nothing outside is touched.
 func Transition(prev *Claim, ev Event) Ready {
-	if prev != nil && !belongs(prev, ev.Who) && ev.Op != OpReplace {
+	if prev != nil && ev.Op != OpReplace {
 		// The engine reads only w's VM's claim (locate); this is the
 		// rule it locates by, kept here so that no change ever decides
-		// on another VM's claim.
-		return Ready{Refusal: &OtherVMError{VM: ev.Who.VM, Stime: ev.Who.Stime, Recorded: *prev}}
+		// on another VM's claim, nor on one that may be another's.
+		switch prev.Belonging(ev.Who) {
+		case ClaimOthers:
+			return Ready{Refusal: &OtherVMError{VM: ev.Who.VM, Stime: ev.Who.Stime, Recorded: *prev}}
+		case ClaimUnknown:
+			return Ready{Refusal: &UnknownClaimError{VM: ev.Who.VM, Recorded: *prev}}
+		}
 	}
 	var rd Ready
 	switch ev.Op {
@@ -205,46 +210,64 @@ func Transition(prev *Claim, ev Event) Ready {
 	return rd
 }
 
-// belongs reports whether claim c, read from VM w.VM's object, is the claim
-// of w's VM. A claim records the VM's identity (Claim.Stime); a step that
-// does not know it (w.Stime 0: a domain XML without OpenNebula's metadata)
-// takes the claim as its VM's (the admission rules still refuse a start
-// elsewhere while the claim says the VM runs there). A claim an older
-// version wrote (no Stime) may be another installation's, sharing the claim
-// pool: it is this VM's only on evidence that installation cannot have:
-//   - it was not written, and its instance not deployed, before the VM
-//     existed (then it is an earlier VM of the same id);
-//   - and the step runs on the claim's host by address (a host belongs to
-//     one oned), or the claim's instance is the step's domain (its
-//     deployment_time), or the claim's window is to this host, or oned's
-//     history of the VM holds the claim's deploy on the claim's host.
-//
-// Anything else is not read as this VM's, never fenced from, never reset.
-func belongs(c *Claim, w Who) bool { return c.BelongsTo(w) }
+// Belonging says whose a claim is, as far as a step can know.
+type Belonging int
 
-// BelongsTo reports whether c is the claim of w's VM (see belongs).
-func (c *Claim) BelongsTo(w Who) bool {
+// Whose a claim is.
+const (
+	// ClaimOurs: the claim is the step's VM's.
+	ClaimOurs Belonging = iota
+	// ClaimOthers: provably another VM's of the same id (another STIME;
+	// written, or its instance deployed, before the VM existed).
+	ClaimOthers
+	// ClaimUnknown: written by an older version (no STIME), and nothing
+	// shows it to be the VM's or another's: nothing is decided on it.
+	ClaimUnknown
+)
+
+// Belonging says whose claim c, read from VM w.VM's object, is. A claim
+// records the VM's identity (Claim.Stime); a step that does not know it
+// (w.Stime 0: a domain XML without OpenNebula's metadata, the CLI's
+// --legacy) takes the claim as its VM's (the admission rules still refuse
+// a start elsewhere while the claim says the VM runs there). A claim an
+// older version wrote (no Stime) may be another installation's, sharing
+// the claim pool, or the VM's from before a restore of oned's database:
+//   - it is another VM's when it was written, or its instance deployed,
+//     before the VM existed (an earlier VM of the same id);
+//   - it is this VM's on evidence that another installation cannot have:
+//     the step runs on the claim's host by address (a host belongs to one
+//     oned), or the claim's instance is the step's domain (its
+//     deployment_time), or the claim's window is to this host, or oned's
+//     history of the VM holds the claim's deploy on the claim's host;
+//   - else it is unknown: not read as no claim (a start would fence every
+//     client of the disks, the live VM's on another host among them), not
+//     fenced from, not reset; the step refuses (UnknownClaimError).
+func (c *Claim) Belonging(w Who) Belonging {
 	switch {
 	case w.Stime == 0 || c.Stime == w.Stime:
-		return true
+		return ClaimOurs
 	case c.Stime != 0:
-		return false
+		return ClaimOthers
 	case !c.Updated.IsZero() && c.Updated.Unix() < w.Stime, c.Instance != 0 && c.Instance < w.Stime:
-		return false
+		return ClaimOthers
 	case isHost(c.Host, c.HostAddrs, Who{HostIPs: w.HostIPs}):
-		return true
+		return ClaimOurs
 	case c.Instance != 0 && c.Instance == w.Instance:
-		return true
+		return ClaimOurs
 	case c.Window != nil && isHost(c.Window.Dst, nil, Who{HostIPs: w.HostIPs}):
-		return true
+		return ClaimOurs
 	}
 	for _, p := range w.History {
 		if p.Seq == c.Seq && p.Host != "" && strings.EqualFold(p.Host, c.Host) {
-			return true
+			return ClaimOurs
 		}
 	}
-	return false
+	return ClaimUnknown
 }
+
+// BelongsTo reports whether c is, on evidence, the claim of w's VM (see
+// Belonging): fence-host and claim gc act only on such claims.
+func (c *Claim) BelongsTo(w Who) bool { return c.Belonging(w) == ClaimOurs }
 
 // carry is the one rule every rewrite of a claim keeps: an address prev
 // records that the change neither records in next nor fences goes into

@@ -3,6 +3,7 @@ package enginetest
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -216,6 +217,48 @@ func lifecycleKnowledge(t *testing.T, h Harness) {
 		// the domain does not run there).
 		if _, err := e.Start(ctx, who(vm, "h1", -1, engine.SourceHook, h1), []engine.Image{img}, false); err != nil {
 			t.Fatalf("a start on the claim's own host: %v", err)
+		}
+	})
+
+	// Issue 31 item 2: VM 42 runs deploy #8 on h2 under a claim an older
+	// rbdfence wrote (no STIME); oned's database is restored from a backup
+	// of deploy #5 on h1, and its resume deploys #6 on h1. Nothing shows
+	// the claim to be the VM's (not h1's, not its instance, not in oned's
+	// history) or another's: the start refuses, fences nothing and names
+	// the way out; after `claim reset --legacy` (the operator found no copy
+	// running) the start fences the old instance.
+	t.Run("LegacyClaimOfUnknownBelongingRefused", func(t *testing.T) {
+		vm, img := newVM(), h.NewImage(t)
+		h1, h2 := ip("192.0.2.21"), ip("192.0.2.22")
+		if _, err := e.Start(ctx, who(vm, "h2", 8, engine.SourceFrontend, h2), []engine.Image{img}, false); err != nil {
+			t.Fatal(err)
+		}
+		inst := h.Zombie(t, img, true)
+		if _, err := e.Record(ctx, who(vm, "h2", -1, engine.SourceHook, h2), []engine.Image{img}, engine.Scope{}); err != nil {
+			t.Fatal(err)
+		}
+		fe := who(vm, "h1", 6, engine.SourceFrontend, h1)
+		fe.Stime = time.Now().Add(-time.Hour).Unix() // the VM existed before the claim was written
+		fe.History = []engine.Placement{{Seq: 5, Host: "h1"}, {Seq: 6, Host: "h1"}}
+		fe.Domain = engine.Domain{Seen: engine.DomainAbsent, Said: "has no such domain"}
+		res, err := e.Start(ctx, fe, []engine.Image{img}, false)
+		var unknown *engine.UnknownClaimError
+		if !errors.As(err, &unknown) || !strings.Contains(err.Error(), "claim reset --vm") || !strings.HasPrefix(err.Error(), "refused, nothing fenced: ") {
+			t.Fatalf("a start on a claim nothing shows to be the VM's must be refused, naming claim reset: %v %+v", err, res)
+		}
+		if res != nil && fenced(res.Report, inst) {
+			t.Fatal("the refused start fenced the instance the claim records")
+		}
+		if _, _, err := e.ClaimOf(ctx, fe); !errors.As(err, &unknown) || unknown.Recorded.Seq != 8 || unknown.Recorded.Host != "h2" {
+			t.Fatalf("the claim is not what the refusal says: %v", err)
+		}
+		legacy := who(vm, "cli", -1, engine.SourceCLI, nil) // claim reset --legacy: no STIME
+		if prev, err := e.ResetClaim(ctx, legacy); err != nil || prev == nil || prev.Seq != 8 {
+			t.Fatalf("claim reset --legacy: %v %+v", err, prev)
+		}
+		res, err = e.Start(ctx, fe, []engine.Image{img}, false)
+		if err != nil || !fenced(res.Report, inst) {
+			t.Fatalf("the start after claim reset must fence the old instance %s: %v %+v", inst, err, res)
 		}
 	})
 }
