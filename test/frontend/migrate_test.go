@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -261,4 +263,55 @@ func TestPremigrateFailureAbortsMigration(t *testing.T) {
 	if n := len(f.calls("migrate")); n != 0 {
 		t.Fatalf("the remote migrate ran %d time(s) without a window", n)
 	}
+}
+
+// TestMigrationDoneBehindNAT (issue 31 item 1, lifecycle row "live migrate:
+// hosts behind one NAT toward Ceph"): both hosts reach Ceph through one
+// source NAT (test/netns/hosts.sh nat), so every client of either shows
+// Ceph 10.77.0.200, an address neither has. The migrated QEMU on b has
+// taken the image's lock by the time the action closes the window (its
+// guest writes at once); the close fences lock owners that are not on b,
+// and b's scope holds the address Ceph sees for b's clients: the live copy
+// is not fenced, the claim records it. (Before, b's scope was its
+// interface list, and the migrated VM was blocklisted.)
+func TestMigrationDoneBehindNAT(t *testing.T) {
+	f := setup(t)
+	a, b := f.hs.A, f.hs.B
+	const natAddr = "10.77.0.200"
+	for _, h := range []testenv.Host{a, b} {
+		netnsNAT(t, h.Name, natAddr)
+	}
+	vm, specs := f.newVM(a.Name, 4, "clone")
+	testenv.StartZombieSeenAs(t, f.ceph, a, natAddr, specs[0].image, "idle") // the source's QEMU
+	f.migrating(vm, 4, a.Name, b.Name, specs)
+	moved := testenv.StartZombieSeenAs(t, f.ceph, b, natAddr, specs[0].image, "write")
+	moved.WaitWrite(t, true, 30*time.Second)
+	r, _ := f.migrateRun(vm, a.Name, b.Name)
+	if r.code != 0 {
+		t.Fatalf("migrate-rbdfence behind NAT: exit %d\n%s", r.code, r.stderr)
+	}
+	if ev := moved.WaitWrite(t, true, 30*time.Second); !ev.OK {
+		t.Fatalf("the migrated copy on %s cannot write after the migration behind NAT: %+v", b.Name, ev)
+	}
+	if _, ok := f.ceph.BlocklistEntries(t)[moved.Addr]; ok {
+		t.Fatalf("the migration's end blocklisted the migrated copy %s", moved.Addr)
+	}
+	if c := f.claim(vm); c.Host != b.Name || c.Window != nil || !slices.ContainsFunc(c.Addrs, func(x engine.Addr) bool { return x.String() == moved.Addr }) {
+		t.Fatalf("claim after the migration behind NAT: %+v (want host %s, recording %s)", c, b.Name, moved.Addr)
+	}
+}
+
+// netnsNAT puts test host name behind the source NAT that shows Ceph addr
+// (test/netns/hosts.sh nat) until the test ends.
+func netnsNAT(t *testing.T, name, addr string) {
+	t.Helper()
+	sh := func(args ...string) {
+		t.Helper()
+		out, err := exec.Command("bash", append([]string{filepath.Join(testenv.Root(), "test/netns/hosts.sh")}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("test/netns/hosts.sh %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	sh("nat", name, addr)
+	t.Cleanup(func() { sh("unnat", name) })
 }

@@ -6,6 +6,8 @@
 #   test/netns/hosts.sh up|down|env
 #
 #   up    create (or find) the hosts and their sshds, print the env
+#   nat NAME ADDR / unnat NAME  host NAME reaches the bridge address (the
+#         tests' Ceph) through a source NAT, as ADDR (and directly again)
 #   down  stop the sshds this script started, delete the namespaces, veths
 #         and bridge it made, remove its directory
 #   env   print the env (without checking that the hosts are up)
@@ -67,14 +69,15 @@ die() {
 	exit 1
 }
 usage() {
-	printf 'usage: %s up|down|env\n' "$PROG" >&2
+	printf 'usage: %s up|down|env|nat NAME ADDR|unnat NAME\n' "$PROG" >&2
 	exit 2
 }
 
 CMD=${1:-}
-[ $# -le 1 ] || usage
 case "$CMD" in
-up | down | env) ;;
+up | down | env) [ $# -le 1 ] || usage ;;
+nat) [ $# -eq 3 ] || usage ;;
+unnat) [ $# -eq 2 ] || usage ;;
 *) usage ;;
 esac
 
@@ -413,13 +416,58 @@ down() {
 			log "not deleting link $BRIDGE: not made by $PROG"
 		fi
 	fi
+	if command -v nft >/dev/null && nft list table ip "$NAT_TABLE" >/dev/null 2>&1; then
+		nft delete table ip "$NAT_TABLE" || die "cannot delete nftables table ip $NAT_TABLE"
+	fi
 	if [ -e "$MARKER" ]; then
 		rm -rf -- "$DIR"
 	fi
 	log "down"
 }
 
+# nat NAME ADDR / unnat NAME: host NAME reaches the bridge address (where
+# the tests' Ceph cluster listens, cluster.sh --addr) through a source NAT,
+# and directly again. The NAT is in the root namespace, where Ceph runs:
+# nftables table ip rbdfence_netns_nat, hook input; every new TCP
+# connection of the host to the bridge address but ssh comes from ADDR, an
+# address the host does not have, as every client of a host behind NAT
+# shows Ceph the NAT's address. Open connections stay as they were. The
+# table goes with its last rule, and with down.
+NAT_TABLE=rbdfence_netns_nat
+nat_add() {
+	local h=$1 addr=$2
+	[ -n "${IP[$h]:-}" ] || die "unknown host '$h' (one of ${HOSTS[*]})"
+	[[ $addr =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "nat: '$addr' is not an IPv4 address"
+	if ! nft list table ip "$NAT_TABLE" >/dev/null 2>&1; then
+		printf 'table ip %s {\n\tchain in {\n\t\ttype nat hook input priority 100; policy accept;\n\t}\n}\n' "$NAT_TABLE" |
+			nft -f - || die "nft: cannot create table ip $NAT_TABLE"
+	fi
+	nat_del "$h" keep
+	nft add rule ip "$NAT_TABLE" in ip saddr "${IP[$h]}" ip daddr "$BRIDGE_IP" tcp dport != 22 snat to "$addr" comment "\"$h\"" ||
+		die "nft: cannot add the NAT of $h"
+	log "$h reaches $BRIDGE_IP as $addr"
+}
+
+# nat_del NAME [keep]: remove NAME's NAT; the table too once it has none
+# left, unless keep.
+nat_del() {
+	local h=$1 handle
+	command -v nft >/dev/null && nft list table ip "$NAT_TABLE" >/dev/null 2>&1 || return 0
+	for handle in $(nft -a list chain ip "$NAT_TABLE" in | sed -n "s/.*comment \"$h\" # handle \([0-9]*\)$/\1/p"); do
+		nft delete rule ip "$NAT_TABLE" in handle "$handle" || die "nft: cannot delete the NAT of $h"
+	done
+	[ "${2:-}" = keep ] || nft list chain ip "$NAT_TABLE" in | grep -q ' snat to ' || nft delete table ip "$NAT_TABLE"
+}
+
 case "$CMD" in
+nat)
+	lock
+	nat_add "$2" "$3"
+	;;
+unnat)
+	lock
+	nat_del "$2"
+	;;
 env) print_env ;;
 up)
 	lock

@@ -2,12 +2,16 @@ package oned
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rbdfence/rbdfence/internal/engine"
 )
 
 // natAddr is the address Ceph sees for every client of the hosts behind
@@ -46,6 +50,12 @@ func TestHostsBehindNAT(t *testing.T) {
 	}
 	if !s.GuestWrite(t, a, vm, 0xe1) {
 		t.Fatalf("the guest of VM %d cannot write on %s", vm, a.Name)
+	}
+	// The hook's `started` recorded the instance (its scope holds the
+	// address Ceph sees for a's clients): a later start fences it even
+	// when it is cut off from Ceph and invisible.
+	if cl := s.claim(t, vm); !slices.ContainsFunc(cl.Addrs, func(x engine.Addr) bool { return x.String() == onA }) {
+		t.Fatalf("VM %d's claim does not record its QEMU's client %s: %+v", vm, onA, cl)
 	}
 
 	// Live migration a -> b: nothing fenced.
@@ -125,6 +135,17 @@ func (s *Stack) onlyWatcher(t *testing.T, vm int, image string, h Host) string {
 		t.Fatalf("one-%d is %q on %s, want running", vm, st, h.Name)
 	}
 	return w[0]
+}
+
+// claim is VM vm's claim as the suite's cluster holds it.
+func (s *Stack) claim(t *testing.T, vm int) engine.Claim {
+	t.Helper()
+	out := s.Ceph.Admin(t, "rados", "-p", engine.DefaultClaimPool, "get", engine.ClaimObject(vm), "/dev/stdout")
+	var cl engine.Claim
+	if i := strings.Index(out, "{"); i < 0 || json.Unmarshal([]byte(out[i:]), &cl) != nil {
+		t.Fatalf("claim of VM %d: %q", vm, out)
+	}
+	return cl
 }
 
 // nat puts host h behind the source NAT toward Ceph that shows Ceph addr

@@ -103,12 +103,19 @@ func (h Host) Command(name string, args ...string) *exec.Cmd {
 // is ready; Ceph must see it with h's address.
 func StartZombieOn(t T, c *Ceph, h Host, image, mode string) *Zombie {
 	t.Helper()
+	return StartZombieSeenAs(t, c, h, h.IP, image, mode)
+}
+
+// StartZombieSeenAs is StartZombieOn on a host that Ceph sees as seen (the
+// address of a NAT in front of it).
+func StartZombieSeenAs(t T, c *Ceph, h Host, seen, image, mode string) *Zombie {
+	t.Helper()
 	z := StartZombieCmd(t, h.Command(Bin(t, "zombie"), "--mon", c.Mon, "--id", c.User,
 		"--keyring", c.Keyring, "--image", image, "--mode", mode))
-	if !strings.HasPrefix(z.Addr, h.IP+":") {
+	if !strings.HasPrefix(z.Addr, seen+":") {
 		z.Stop()
 		t.Fatalf("zombie on %s (%s) has client address %q, not on %s: is the cluster on the bridge (StartCephNet)?",
-			h.Name, h.IP, z.Addr, h.IP)
+			h.Name, h.IP, z.Addr, seen)
 	}
 	return z
 }
