@@ -26,8 +26,27 @@ type NewerDeployError struct {
 }
 
 func (e *NewerDeployError) Error() string {
-	return fmt.Sprintf("VM %d: deploy #%d is older than deploy #%d claimed by host %s at %s; refusing to fence a newer instance",
-		e.VM, e.Ours, e.Recorded.Seq, e.Recorded.Host, e.Recorded.Updated.Format(time.RFC3339))
+	return fmt.Sprintf("refused, nothing fenced: VM %d's deploy #%d is older than deploy #%d claimed by host %s at %s; "+
+		"if oned's database was restored from a backup, check where VM %d runs; once no copy of it runs on %s, 'rbdfence claim reset --vm %d'",
+		e.VM, e.Ours, e.Recorded.Seq, e.Recorded.Host, e.Recorded.Updated.Format(time.RFC3339), e.VM, e.Recorded.Host, e.VM)
+}
+
+// UnknownDeployError: a front-end start while the claim says the VM runs
+// (or starts) as a deploy that oned's history of the VM does not hold:
+// oned lost it (its database restored from a backup taken before it), so
+// the deploy oned starts now, whatever its SEQ (each recover --recreate
+// raises it), is no knowledge that the claim's instance is gone. Nothing
+// is fenced until the operator has checked and reset the claim.
+type UnknownDeployError struct {
+	VM       int
+	Ours     int
+	Recorded Claim
+}
+
+func (e *UnknownDeployError) Error() string {
+	return fmt.Sprintf("refused, nothing fenced: VM %d's claim holds deploy #%d on %s (%s), which oned's history does not (database restored?): "+
+		"check where VM %d runs; once no copy of it runs on %s, 'rbdfence claim reset --vm %d', then retry deploy #%d",
+		e.VM, e.Recorded.Seq, e.Recorded.Host, e.Recorded.Updated.Format(time.RFC3339), e.VM, e.Recorded.Host, e.VM, e.Ours)
 }
 
 // ClaimedElsewhereError: the same deploy is claimed by another host, or the

@@ -64,6 +64,8 @@ package engine_test
 //	                       running VM to another host completes;
 //	older-fenced-newer     a front-end start never fences a running instance
 //	                       of a newer deploy than its own;
+//	lost-deploy-fenced     a front-end start never fences the instance of a
+//	                       deploy oned lost (its database restored);
 //	fence-untraced         every client a step blocklisted is in its event spool
 //	                       (OnBlocklisted) and, unless it crashed, in the audit
 //	                       records and events made from its result.
@@ -176,6 +178,16 @@ func transitionMutant() func(*engine.Claim, engine.Event) engine.Ready {
 		return func(prev *engine.Claim, ev engine.Event) engine.Ready {
 			if ev.Op == engine.OpCloseWindow {
 				ev.Who.Behind = nil
+			}
+			return engine.Transition(prev, ev)
+		}
+	case "unknown-deploy-admitted":
+		// Issue 31 item 3 reverted: the front-end's start is judged by its
+		// SEQ alone, as if oned's history held every deploy the claim
+		// names.
+		return func(prev *engine.Claim, ev engine.Event) engine.Ready {
+			if ev.Op == engine.OpStart && prev != nil {
+				ev.Who.History = append(ev.Who.History, engine.Placement{Seq: prev.Seq, Host: prev.Host})
 			}
 			return engine.Transition(prev, ev)
 		}
@@ -466,6 +478,14 @@ func check(w *world, o *stepOut) []violation {
 			msg: fmt.Sprintf("the live instance q%d@%s (deploy #%d) was fenced", l+1, mHosts[in.host], in.seq)})
 	}
 	for i := range w.insts {
+		// A start of oned's never fences an instance oned lost (its
+		// database restored): only the operator knows whether it runs.
+		if in := w.insts[i]; in.lost && in.fencedBy == o && !in.gone && o.startSource == engine.SourceFrontend {
+			vs = append(vs, violation{inv: "lost-deploy-fenced",
+				msg: fmt.Sprintf("the start of deploy #%d fenced q%d@%s, the instance of deploy #%d that oned lost", o.startSeq, i+1, mHosts[in.host], in.seq)})
+		}
+	}
+	for i := range w.insts {
 		// A start never fences an instance of a newer deploy than its own
 		// (the VM's, running: a migrated copy carries its deploy).
 		in := w.insts[i]
@@ -493,6 +513,11 @@ func check(w *world, o *stepOut) []violation {
 // and the hook's prepare must both admit it.
 // Results are memoized in memo by the state the two starts run in.
 func (w *world) probe(memo map[string]*violation) *violation {
+	if w.feat.restored {
+		// No fault heals a restored database: every start is refused
+		// until the operator's claim reset (the refusal says so).
+		return nil
+	}
 	p := w.clone()
 	for h := range p.hosts {
 		if p.hosts[h].cut {
@@ -763,6 +788,10 @@ func TestModelInvariantsCanFail(t *testing.T) {
 		// before): after a restore of oned's database, the resume's start
 		// of deploy #1 fences the instance of deploy #2.
 		{"unknown-as-no-claim", "older-fenced-newer", bound{depth: 3, changes: 1, faults: 0}, newWorldRestoredDB},
+		// Item 3: after that restore, a start is judged by SEQ alone: once
+		// recover --recreate raised it past the claim's, the start fences
+		// the instance oned lost.
+		{"unknown-deploy-admitted", "lost-deploy-fenced", bound{depth: 8, changes: 3, faults: 0}, newWorldRestored},
 		// Item 10: the restore's start does not say it is a restore: the
 		// sleeping guest is refused as running.
 		{"no-wake", "wake-refused", bound{depth: 3, changes: 2}, nil},
@@ -928,7 +957,15 @@ func legacyClaim(w *world) *world {
 // the VM's (not its host, not its instance, not in oned's history) or
 // another's, and the start refuses; read as "no claim" (the mutant
 // unknown-as-no-claim, as before) it fences #2 on h3, a newer deploy.
-func newWorldRestoredDB() *world {
+func newWorldRestoredDB() *world { return legacyClaim(newWorldRestored()) }
+
+// newWorldRestored is that world with the claim in this version's format
+// (issue 31 item 3): every start oned makes is refused, a resume as an
+// older deploy, each recover --recreate (which raises the SEQ past the
+// claim's) as a deploy oned's history does not account for; read by SEQ
+// alone (the mutant unknown-deploy-admitted), the third recreate fences
+// the instance oned lost.
+func newWorldRestored() *world {
 	w := replay(newWorldWith(&features{libvirt: true, legacy: true, clusters: 1}), append(slices.Clone(migratedMissedClose[:9]),
 		"front-end postmigrate #1 h1→h2 (on h2)")...)
 	w = replay(w, "oned: live migrate to h3",
@@ -941,10 +978,15 @@ func newWorldRestoredDB() *world {
 		"migration switchover h2→h3",
 		"h2 hook: release end",
 		"front-end postmigrate #2 h2→h3 (on h3)")
-	w = legacyClaim(w)
 	w.hist = []record{{0, 0, -1}}
 	w.lcm = lcmPoweroff
 	w.op = feOp{}
+	w.feat = &features{libvirt: true, legacy: true, clusters: 1, restored: true}
+	for i := range w.insts {
+		if !w.insts[i].gone {
+			w.insts[i].lost = true
+		}
+	}
 	return w
 }
 
@@ -964,37 +1006,46 @@ func TestModelWorlds(t *testing.T) {
 		name string
 		root func() *world
 		b    bound
-		// expect is the one invariant the world's root makes fire by
-		// design, with a message that says this (says): the operator's
-		// step the refusal names.
-		expect, says string
+		// known is a violation the world finds that is not fixed yet: the
+		// test fails when it is no longer found (delete it with the fix).
+		known string
 	}{
-		{"hook-only", newWorldHookOnly, bound{depth: 8, changes: 2, faults: 1, ticks: 1}, "", ""},
-		{"two-installations", newWorldOther, bound{depth: 8, changes: 2, faults: 1, ticks: 1}, "", ""},
-		{"missed-close-hotplug", newWorldMissedCloseHotplug, bound{depth: 9, changes: 2, faults: 1, ticks: 1}, "", ""},
-		{"missed-close-late-record", newWorldMissedCloseLateRecord, bound{depth: 9, changes: 1, faults: 1, ticks: 1}, "", ""},
-		{"migration-outlives-action", newWorldOutlive, bound{depth: 10, changes: 1, faults: 1, ticks: 1}, "", ""},
-		{"retry-no-ssh-to-dst", newWorldNoSSH, bound{depth: 11, changes: 2, faults: 1, ticks: 0}, "", ""},
-		{"host-failure", newWorldMigratedShared, bound{depth: 9, changes: 2, faults: 1, ticks: 1}, "", ""},
-		{"legacy-claim-host-failure", newWorldLegacy, bound{depth: 6, changes: 1, faults: 1, ticks: 1}, "", ""},
-		{"two-clusters", newWorldClusters, bound{depth: 9, changes: 2, faults: 1, ticks: 1}, "", ""},
-		{"one-nat-toward-ceph", newWorldNAT, bound{depth: 9, changes: 2, faults: 1, ticks: 1}, "", ""},
+		{"hook-only", newWorldHookOnly, bound{depth: 8, changes: 2, faults: 1, ticks: 1}, ""},
+		{"two-installations", newWorldOther, bound{depth: 8, changes: 2, faults: 1, ticks: 1}, ""},
+		{"missed-close-hotplug", newWorldMissedCloseHotplug, bound{depth: 9, changes: 2, faults: 1, ticks: 1}, ""},
+		{"missed-close-late-record", newWorldMissedCloseLateRecord, bound{depth: 9, changes: 1, faults: 1, ticks: 1}, ""},
+		{"migration-outlives-action", newWorldOutlive, bound{depth: 10, changes: 1, faults: 1, ticks: 1}, ""},
+		{"retry-no-ssh-to-dst", newWorldNoSSH, bound{depth: 11, changes: 2, faults: 1, ticks: 0}, ""},
+		{"host-failure", newWorldMigratedShared, bound{depth: 9, changes: 2, faults: 1, ticks: 1}, ""},
+		{"legacy-claim-host-failure", newWorldLegacy, bound{depth: 6, changes: 1, faults: 1, ticks: 1}, ""},
+		{"two-clusters", newWorldClusters, bound{depth: 9, changes: 2, faults: 1, ticks: 1}, ""},
+		{"one-nat-toward-ceph", newWorldNAT, bound{depth: 9, changes: 2, faults: 1, ticks: 1}, ""},
 		// oned's database restored: every start is refused until the
-		// operator resets the claim, as the refusal says (README: After a
-		// restore of oned's database); no fault heals that by itself.
-		{"restored-database-legacy-claim", newWorldRestoredDB, bound{depth: 8, changes: 2, faults: 1, ticks: 1},
-			"start-refused-forever", "'rbdfence claim reset --vm 42 --legacy'"},
+		// operator resets the claim (no fault heals that: not probed).
+		{"restored-database-legacy-claim", newWorldRestoredDB, bound{depth: 8, changes: 2, faults: 1, ticks: 1}, ""},
+		// Known, not fixed (issue 31 item 3's residual): after the
+		// restore, oned's recreates re-create a HISTORY record with the
+		// claim's SEQ on the claim's host (its start refused there:
+		// libvirt says the domain runs); the claim's deploy then looks
+		// accounted for, and a later deploy elsewhere fences the instance
+		// oned lost. Telling that record from the claim's needs the
+		// record's identity in the claim (its STIME, oned's clock).
+		{"restored-database", newWorldRestored, bound{depth: 10, changes: 3, faults: 1, ticks: 1}, "unattributed lost-deploy-fenced"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := exploreFrom(tc.b, tc.root)
 			t.Logf("%s %+v: %d states, %d transitions, depth %d, %s", tc.name, tc.b, x.states, x.transitions, x.maxDepth, x.elapsed.Round(time.Millisecond))
 			for k, f := range x.found {
-				if tc.expect != "" && f.v.inv == tc.expect && strings.Contains(f.v.msg, tc.says) {
-					t.Logf("expected %s (%d states): %s", f.v.inv, f.count, f.v.msg)
+				if k == tc.known {
+					t.Logf("known violation %s (%d violating states; shortest trace, %d steps):\n%s    VIOLATED %s: %s",
+						k, f.count, f.trace.depth, storyFrom(f.trace, tc.b, tc.root), f.v.inv, f.v.msg)
 					continue
 				}
 				t.Errorf("VIOLATION %s (%d violating states; shortest trace, %d steps):\n%s    VIOLATED %s: %s",
 					k, f.count, f.trace.depth, storyFrom(f.trace, tc.b, tc.root), f.v.inv, f.v.msg)
+			}
+			if _, ok := x.found[tc.known]; tc.known != "" && !ok {
+				t.Errorf("the known violation %s is no longer found: delete it from this world's entry", tc.known)
 			}
 		})
 	}

@@ -87,6 +87,9 @@ type features struct {
 	// STIME): a step that knows the VM's STIME reads it as the VM's only
 	// on evidence (engine.Claim.BelongsTo), else uses the VM's own object.
 	legacy bool
+	// restored: oned's database was restored from an older backup (the
+	// root's instance runs a deploy oned lost).
+	restored bool
 	// nat: every host reaches Ceph through one NAT: the clients of each
 	// show Ceph mNAT, an address no host has (issue 31 item 1).
 	nat bool
@@ -259,7 +262,10 @@ type inst struct {
 	how     string
 	fromMig bool
 	byFE    bool
-	winOK   bool // see dom.winOK
+	// lost: its deploy is one oned lost (its database restored from an
+	// older backup, newWorldRestoredDB): oned does not know it runs.
+	lost  bool
+	winOK bool // see dom.winOK
 	// fencedBy is the start that blocklisted it, if one did (for
 	// attributing a violation; not part of the state).
 	fencedBy *stepOut

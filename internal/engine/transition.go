@@ -344,6 +344,9 @@ func start(prev *Claim, ev Event) Ready {
 			}
 		}
 	}
+	if unknownDeploy(prev, w) {
+		return Ready{Refusal: &UnknownDeployError{VM: w.VM, Ours: w.Seq, Recorded: *prev}}
+	}
 	if err := admit(w, prev, ev.Now); err != nil {
 		return Ready{Refusal: err}
 	}
@@ -908,4 +911,30 @@ func otherHost(prev *Claim, ev Event) (string, []netip.Addr) {
 		out = append(out, prev.HostAddrs...)
 	}
 	return name, out
+}
+
+// unknownDeploy reports whether a front-end start meets a claim that says
+// the VM runs (or starts) as a deploy the front-end wrote and that oned's
+// history of the VM does not account for. oned's history holds every
+// HISTORY record (one.vm.info renders them all: to_xml_extended with
+// n_history 2, src/vm/VirtualMachine.cc:2610-2627 of release-7.4.0), and a
+// claim's deploy is one of them: its SEQ on its host, or, after a failed
+// live migration, the migration's SEQ (the destination's record) kept by
+// the source, which oned then gives a later record
+// (cp_previous_history, src/lcm/LifeCycleStates.cc:141). A claim's deploy
+// oned has neither way is one it lost: its database restored from an older
+// backup. A SEQ above the claim's (each refused deploy and each recover
+// --recreate raises it) is then no knowledge that the claim's instance is
+// gone; only a later record on the claim's host is (where the start's
+// libvirt check decides).
+func unknownDeploy(prev *Claim, w Who) bool {
+	if prev == nil || w.Source != SourceFrontend || len(w.History) == 0 || !live(prev) || prev.Source != SourceFrontend || prev.Seq < 0 {
+		return false
+	}
+	seq, onHost := false, false
+	for _, p := range w.History {
+		seq = seq || p.Seq == prev.Seq
+		onHost = onHost || (p.Seq >= prev.Seq && strings.EqualFold(p.Host, prev.Host))
+	}
+	return !(seq && onHost)
 }

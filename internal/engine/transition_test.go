@@ -257,3 +257,44 @@ func TestTransitionCloseWindowTellsHostsApart(t *testing.T) {
 		})
 	}
 }
+
+// A front-end start decides on the claim's deploy only when oned's history
+// accounts for it (issue 31 item 3): its SEQ on its host, or a failed live
+// migration's SEQ kept by the source that oned gave a later record; a
+// deploy oned lost (its database restored) refuses every start, a SEQ past
+// the claim's included.
+func TestTransitionStartDeployOnedLost(t *testing.T) {
+	h := func(ps ...any) []engine.Placement {
+		var out []engine.Placement
+		for i := 0; i < len(ps); i += 2 {
+			out = append(out, engine.Placement{Seq: ps[i].(int), Host: ps[i+1].(string)})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		seq     int
+		history []engine.Placement
+		lost    bool
+	}{
+		{"the claim's deploy on its host", 4, h(3, "h1", 4, "h2"), false},
+		{"a failed migration's SEQ kept by the source", 5, h(2, "h1", 3, "h2", 4, "h1", 5, "h2"), false},
+		{"no history known (a version 1 host)", 4, nil, false},
+		{"restored: the resume is older", 2, h(1, "h2", 2, "h2"), true},
+		{"restored: recreates past the claim's SEQ", 5, h(1, "h2", 2, "h2", 3, "h2", 4, "h2", 5, "h2"), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := tWho("h2", tc.seq, engine.SourceFrontend, "10.0.0.2")
+			w.History, w.Domain = tc.history, engine.Domain{Seen: engine.DomainAbsent, Said: "shut off"}
+			c := running() // deploy #3 on h1
+			if tc.name == "a failed migration's SEQ kept by the source" {
+				c.Seq = 3 // the migration's #3 (h2's record), kept by h1
+			}
+			rd := engine.Transition(c, engine.Event{Op: engine.OpStart, Who: w, Now: tNow})
+			var lost *engine.UnknownDeployError
+			if got := errors.As(rd.Refusal, &lost); got != tc.lost || (tc.lost && (rd.Fence != nil || rd.Next != nil)) {
+				t.Fatalf("lost deploy refusal %v, want %v: %+v", got, tc.lost, rd)
+			}
+		})
+	}
+}

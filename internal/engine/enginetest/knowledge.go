@@ -3,6 +3,7 @@ package enginetest
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -259,6 +260,54 @@ func lifecycleKnowledge(t *testing.T, h Harness) {
 		res, err = e.Start(ctx, fe, []engine.Image{img}, false)
 		if err != nil || !fenced(res.Report, inst) {
 			t.Fatalf("the start after claim reset must fence the old instance %s: %v %+v", inst, err, res)
+		}
+	})
+
+	// Issue 31 item 3: VM 42 runs deploy #8 on h2 (a claim of this
+	// version), and oned's database is restored from a backup of deploy #5
+	// on h1. Its resume (#6 on h1) is older than the claim's deploy; each
+	// recover --recreate raises the SEQ, and #9 is past the claim's #8: the
+	// claim's deploy is in neither's history, so both are refused and
+	// nothing is fenced. After the operator's claim reset (no copy runs on
+	// h2) the start fences the old instance.
+	t.Run("RestoredDatabaseRefusedPastTheClaimsSeq", func(t *testing.T) {
+		vm, img := newVM(), h.NewImage(t)
+		h1, h2 := ip("192.0.2.31"), ip("192.0.2.32")
+		stime := time.Now().Add(-time.Hour).Unix()
+		at := func(host string, seq int, hostIPs []netip.Addr, hist ...engine.Placement) engine.Who {
+			w := who(vm, host, seq, engine.SourceFrontend, hostIPs)
+			w.Stime, w.History = stime, hist
+			w.Domain = engine.Domain{Seen: engine.DomainAbsent, Said: "has no such domain"}
+			return w
+		}
+		if _, err := e.Start(ctx, at("h2", 8, h2, engine.Placement{Seq: 7, Host: "h1"}, engine.Placement{Seq: 8, Host: "h2"}), []engine.Image{img}, false); err != nil {
+			t.Fatal(err)
+		}
+		inst := h.Zombie(t, img, true)
+		if _, err := e.Record(ctx, at("h2", -1, h2), []engine.Image{img}, engine.Scope{}); err != nil {
+			t.Fatal(err)
+		}
+		restored := []engine.Placement{{Seq: 5, Host: "h1"}}
+		for _, seq := range []int{6, 9} {
+			hist := slices.Clone(restored)
+			for s := 6; s <= seq; s++ {
+				hist = append(hist, engine.Placement{Seq: s, Host: "h1"})
+			}
+			res, err := e.Start(ctx, at("h1", seq, h1, hist...), []engine.Image{img}, false)
+			var lost *engine.UnknownDeployError
+			if !errors.As(err, &lost) || !strings.HasPrefix(err.Error(), "refused, nothing fenced: ") || !strings.Contains(err.Error(), "'rbdfence claim reset --vm") {
+				t.Fatalf("deploy #%d after the restore: want an UnknownDeployError naming claim reset, got %v %+v", seq, err, res)
+			}
+			if res != nil && fenced(res.Report, inst) {
+				t.Fatalf("the refused deploy #%d fenced the instance of #8", seq)
+			}
+		}
+		if _, err := e.ResetClaim(ctx, at("cli", -1, nil)); err != nil {
+			t.Fatal(err)
+		}
+		res, err := e.Start(ctx, at("h1", 10, h1, engine.Placement{Seq: 10, Host: "h1"}), []engine.Image{img}, false)
+		if err != nil || !fenced(res.Report, inst) {
+			t.Fatalf("the deploy after claim reset must fence the old instance %s: %v %+v", inst, err, res)
 		}
 	})
 }
