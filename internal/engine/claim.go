@@ -59,6 +59,12 @@ type Claim struct {
 	Stime int64 `json:"stime,omitempty"`
 	// Seq is OpenNebula's HISTORY SEQ of the deploy; -1 when unknown (hook only).
 	Seq int `json:"seq"`
+	// SeqStime is the STIME of oned's HISTORY record Seq (oned's clock,
+	// release-7.4.0 src/vm/History.cc:306), when the front-end that wrote
+	// the deploy knew it; 0 when unknown. It tells the record apart from one
+	// with the same SEQ that oned makes again after its database was
+	// restored from an older backup (see unknownDeploy).
+	SeqStime int64 `json:"seq_stime,omitempty"`
 	// Host is where the admitted instance runs (or is starting).
 	Host string `json:"host"`
 	// HostAddrs are Host's own addresses, recorded when the step ran on Host:
@@ -243,10 +249,12 @@ type Who struct {
 	History []Placement
 }
 
-// Placement is one HISTORY record of a VM: deploy Seq on Host.
+// Placement is one HISTORY record of a VM: deploy Seq on Host, started at
+// Stime (its STIME; 0 when unknown).
 type Placement struct {
-	Seq  int    `json:"seq"`
-	Host string `json:"host"`
+	Seq   int    `json:"seq"`
+	Host  string `json:"host"`
+	Stime int64  `json:"stime,omitempty"`
 }
 
 // Domain is libvirt's answer about the VM's domain (one-<VM>) on a host.

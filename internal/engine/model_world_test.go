@@ -112,6 +112,17 @@ const mFile0 = int64(1767225600)
 
 func mIP(h int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(h + 1)}) }
 
+// recordStime is the STIME of oned's HISTORY record seq: a record oned
+// makes again after its database was restored (feat.restored: every one
+// after #0) has another.
+func (w *world) recordStime(seq int) int64 {
+	t := int64(1000 + 1000*seq)
+	if w.feat.restored && seq > 0 {
+		t += 500
+	}
+	return t
+}
+
 // mNAT is the address every host's clients show Ceph with feat.nat.
 var mNAT = netip.AddrFrom4([4]byte{10, 0, 0, 200})
 
@@ -586,7 +597,7 @@ func (w *world) who(h, seq int, source string) engine.Who {
 		// The front-end names the VM as oned has it: its STIME and its
 		// HISTORY records (internal/frontend identify).
 		for _, r := range w.hist {
-			who.History = append(who.History, engine.Placement{Seq: r.seq, Host: mHosts[r.host]})
+			who.History = append(who.History, engine.Placement{Seq: r.seq, Host: mHosts[r.host], Stime: w.recordStime(r.seq)})
 		}
 	}
 	if w.feat.nat {

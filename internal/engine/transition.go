@@ -205,6 +205,7 @@ func Transition(prev *Claim, ev Event) Ready {
 			rd.Next.Stime = prev.Stime
 		}
 		rd.Next.VM, rd.Next.Run, rd.Next.Updated = ev.Who.VM, ev.Who.Run, ev.Now.UTC()
+		rd.Next.SeqStime = seqStime(prev, rd.Next, ev.Who)
 		ev.Who.mark(rd.Next)
 	}
 	return rd
@@ -913,27 +914,43 @@ func otherHost(prev *Claim, ev Event) (string, []netip.Addr) {
 	return name, out
 }
 
+// seqStime is the STIME of next's deploy: oned's, when the step knows the
+// record of next.Seq (a front-end step); else prev's, when next keeps its
+// deploy; else unknown (0).
+func seqStime(prev, next *Claim, w Who) int64 {
+	for _, p := range w.History {
+		if p.Seq == next.Seq && p.Stime != 0 {
+			return p.Stime
+		}
+	}
+	if prev != nil && prev.Seq == next.Seq {
+		return prev.SeqStime
+	}
+	return 0
+}
+
 // unknownDeploy reports whether a front-end start meets a claim that says
 // the VM runs (or starts) as a deploy the front-end wrote and that oned's
 // history of the VM does not account for. oned's history holds every
 // HISTORY record (one.vm.info renders them all: to_xml_extended with
 // n_history 2, src/vm/VirtualMachine.cc:2610-2627 of release-7.4.0), and a
-// claim's deploy is one of them: its SEQ on its host, or, after a failed
-// live migration, the migration's SEQ (the destination's record) kept by
-// the source, which oned then gives a later record
-// (cp_previous_history, src/lcm/LifeCycleStates.cc:141). A claim's deploy
-// oned has neither way is one it lost: its database restored from an older
-// backup. A SEQ above the claim's (each refused deploy and each recover
-// --recreate raises it) is then no knowledge that the claim's instance is
-// gone; only a later record on the claim's host is (where the start's
-// libvirt check decides).
+// claim's deploy is one of them: the record of its SEQ, the one it was
+// written for (same STIME, when both are known), with a record on the
+// claim's host from that SEQ on (its own, or after a failed live migration,
+// which keeps the migration's SEQ on the source, the later record oned
+// gives the source: cp_previous_history, src/lcm/LifeCycleStates.cc:141).
+// A claim's deploy oned has no such record of is one it lost: its database
+// restored from an older backup. A SEQ above the claim's (each refused
+// deploy and each recover --recreate raises it) is then no knowledge that
+// the claim's instance is gone, and neither is a record oned makes again
+// with the claim's SEQ (another STIME).
 func unknownDeploy(prev *Claim, w Who) bool {
 	if prev == nil || w.Source != SourceFrontend || len(w.History) == 0 || !live(prev) || prev.Source != SourceFrontend || prev.Seq < 0 {
 		return false
 	}
 	seq, onHost := false, false
 	for _, p := range w.History {
-		seq = seq || p.Seq == prev.Seq
+		seq = seq || (p.Seq == prev.Seq && (p.Stime == 0 || prev.SeqStime == 0 || p.Stime == prev.SeqStime))
 		onHost = onHost || (p.Seq >= prev.Seq && strings.EqualFold(p.Host, prev.Host))
 	}
 	return !(seq && onHost)

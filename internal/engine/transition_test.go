@@ -282,11 +282,14 @@ func TestTransitionStartDeployOnedLost(t *testing.T) {
 		{"no history known (a version 1 host)", 4, nil, false},
 		{"restored: the resume is older", 2, h(1, "h2", 2, "h2"), true},
 		{"restored: recreates past the claim's SEQ", 5, h(1, "h2", 2, "h2", 3, "h2", 4, "h2", 5, "h2"), true},
+		{"restored: the claim's record made again", 4, []engine.Placement{{Seq: 3, Host: "h1", Stime: 9000}, {Seq: 4, Host: "h2", Stime: 9100}}, true},
+		{"the claim's record, same STIME", 4, []engine.Placement{{Seq: 3, Host: "h1", Stime: 3000}, {Seq: 4, Host: "h2", Stime: 9100}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := tWho("h2", tc.seq, engine.SourceFrontend, "10.0.0.2")
 			w.History, w.Domain = tc.history, engine.Domain{Seen: engine.DomainAbsent, Said: "shut off"}
-			c := running() // deploy #3 on h1
+			c := running() // deploy #3 on h1, its record started at 3000
+			c.SeqStime = 3000
 			if tc.name == "a failed migration's SEQ kept by the source" {
 				c.Seq = 3 // the migration's #3 (h2's record), kept by h1
 			}

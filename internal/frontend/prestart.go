@@ -155,7 +155,7 @@ func identify(req *hoststep.Request, vm *opennebula.VMInfo) {
 	}
 	req.Stime, req.History = vm.Stime, nil
 	for _, p := range vm.History {
-		req.History = append(req.History, engine.Placement{Seq: p.Seq, Host: p.Host})
+		req.History = append(req.History, engine.Placement{Seq: p.Seq, Host: p.Host, Stime: p.Stime})
 	}
 }
 

@@ -53,6 +53,8 @@ type VMInfo struct {
 type Placement struct {
 	Seq  int
 	Host string
+	// Stime is the record's STIME: when oned started it (0 when absent).
+	Stime int64
 }
 
 // SkippedDisk is a DISK that rbdfence does not check, and why.
@@ -173,6 +175,13 @@ func readHistory(n *xnode, info *VMInfo) error {
 		p := Placement{Seq: seq}
 		if hn := h.child("HOSTNAME"); hn != nil {
 			p.Host = strings.TrimSpace(hn.text)
+		}
+		if st := h.child("STIME"); st != nil {
+			v, err := strconv.ParseInt(strings.TrimSpace(st.text), 10, 64)
+			if err != nil {
+				return fmt.Errorf("HISTORY %d: STIME %q is not a time", seq, clip(st.text))
+			}
+			p.Stime = v
 		}
 		info.History = append(info.History, p)
 		if seq < info.Seq {

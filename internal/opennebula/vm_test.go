@@ -33,7 +33,7 @@ func TestParseVMFixtures(t *testing.T) {
 			want: VMInfo{
 				ID: 42, Name: "web-42", State: 3, LCMState: 3,
 				Host: "node2", HostID: 2, Seq: 1, SystemDSID: 101, TMMadSystem: "ceph",
-				Stime: 1714550000, History: []Placement{{0, "node1"}, {1, "node2"}},
+				Stime: 1714550000, History: []Placement{{0, "node1", 1714550100}, {1, "node2", 1714551000}},
 				Disks: []vmdisk.Disk{
 					{ID: "0", Pool: "one", Name: "one-7-42-0", Monitors: mons42, User: "libvirt",
 						Keyring: "/etc/ceph/ceph.client.libvirt.keyring", Conf: "/etc/ceph/ceph.conf"},
@@ -49,7 +49,7 @@ func TestParseVMFixtures(t *testing.T) {
 			want: VMInfo{
 				ID: 43, Name: "batch-43", State: 3, LCMState: 3,
 				Host: "node3", HostID: 3, Seq: 0, SystemDSID: 0, TMMadSystem: "ssh",
-				Stime: 1714550000, History: []Placement{{0, "node3"}},
+				Stime: 1714550000, History: []Placement{{0, "node3", 1714550100}},
 				Skipped: []SkippedDisk{
 					{ID: "0", Reason: "TM_MAD_SYSTEM=ssh: QEMU opens a local copy (TYPE=FILE)"},
 					{ID: "1", Reason: "TM_MAD_SYSTEM=ssh: QEMU opens a local copy (TYPE=FILE)"},
@@ -69,7 +69,7 @@ func TestParseVMFixtures(t *testing.T) {
 			want: VMInfo{
 				ID: 45, Name: "db & cache", State: 8, LCMState: 0,
 				Host: "node4", HostID: 4, Seq: 4, SystemDSID: 0, TMMadSystem: "shared",
-				Stime: 1714550000, History: []Placement{{4, "node4"}},
+				Stime: 1714550000, History: []Placement{{4, "node4", 0}},
 				Disks: []vmdisk.Disk{{ID: "0", Pool: "rbd", Namespace: "tenants", Name: "one-31-45-0",
 					Monitors: []string{"mon1:6789", "mon2:3300", "[2001:db8::7]:6789"}, User: "oneadmin"}},
 				Skipped: []SkippedDisk{
@@ -246,7 +246,7 @@ func TestParseVMHistory(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.name == "highest SEQ wins, not the last" && !reflect.DeepEqual(got.History, []Placement{{1, "n2"}, {2, "n3"}}) {
+			if tc.name == "highest SEQ wins, not the last" && !reflect.DeepEqual(got.History, []Placement{{1, "n2", 0}, {2, "n3", 0}}) {
 				t.Errorf("history %+v, want every record in SEQ order", got.History)
 			}
 			if got.Host != tc.host || got.HostID != tc.hid || got.Seq != tc.seq || got.SystemDSID != tc.ds {
