@@ -85,6 +85,8 @@ state() {
 	ss -Hltn 2>/dev/null | awk '{print "listen " $4}' | sort -u
 	ip netns list 2>/dev/null | awk '{print "netns " $1}' | sort
 	ip -o link show 2>/dev/null | awk -F': ' '{sub(/@.*/, "", $2); print "link " $2}' | sort
+	# nftables tables (the NAT of hosts.sh nat toward Ceph)
+	if command -v nft >/dev/null; then nft list tables 2>/dev/null | sed 's/^table /nft /' | sort; fi
 	local d
 	for d in "${WATCHED[@]}"; do
 		[ -e "$d" ] || continue
