@@ -101,8 +101,13 @@ state() {
 				fi
 			done
 	done | sort
-	# New top-level entries of /tmp (go's own build dirs come and go).
-	find /tmp -mindepth 1 -maxdepth 1 ! -name 'go-build*' ! -name 'rbdfence-machine.*' -printf 'tmp %f\n' 2>/dev/null | sort
+	# New top-level entries of /tmp that the run makes (it runs as root):
+	# its test root, Go's t.TempDir and os.MkdirTemp directories of its
+	# tests, Ceph's and OpenNebula's files. What other processes put there
+	# meanwhile (a compiler's cc*.s, another user's build directory) is
+	# not the run's and is not compared; go's own build dirs come and go.
+	find /tmp -mindepth 1 -maxdepth 1 -uid 0 \( -name 'rbdfence*' -o -name 'Test*' -o -name 'Fuzz*' -o -name 'Benchmark*' \
+		-o -name 'ceph*' -o -name 'one-*' -o -name 'one_*' -o -name 'zombie*' \) ! -name 'rbdfence-machine.*' -printf 'tmp %f\n' 2>/dev/null | sort
 }
 
 # libvirt_domain_logs_are_test_output: QEMU's per-domain logs of test

@@ -191,11 +191,13 @@ fe_ns() {
 	shadow /etc one="$L/etc" hosts="$ONED_DIR/etc-hosts" hostname="$d/hostname" systemd="$fs/etc-systemd" ceph="$fs/etc-ceph" \
 		passwd="$d/passwd" group="$d/group"
 	shadow /var/lib one="$L/var" rbdfence="$fs/var-lib-rbdfence"
+	keep_checkout
 	private /run "$fs/run"
 	private_tmp
 	private /var/tmp "$fs/var-tmp"
 	private /var/log "$fs/var-log"
 	private /root "$fs/root"
+	restore_checkout
 	mkdir -p /run/lock
 }
 

@@ -215,11 +215,13 @@ host_ns() {
 	shadow /var/lib libvirt="$fs/var-lib-libvirt" one="$fs/var-lib-one" rbdfence="$fs/var-lib-rbdfence"
 	shadow /var/cache libvirt="$fs/var-cache-libvirt"
 	shadow /usr/local libexec="$fs/usr-local-libexec"
+	keep_checkout
 	private /run "$fs/run"
 	private_tmp
 	private /var/tmp "$fs/var-tmp"
 	private /var/log "$fs/var-log"
 	private /root "$fs/root"
+	restore_checkout
 	mkdir -p /run/sshd /run/libvirt /run/lock /var/log/libvirt/qemu /var/lib/libvirt/qemu
 	chmod 755 /run/sshd
 	/usr/sbin/sshd -t -f "$d/sshd_config"

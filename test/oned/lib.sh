@@ -83,6 +83,27 @@ shadow() {
 	rmdir "$stage"
 }
 
+# CHECKOUT is the rbdfence checkout these scripts run from: the machines
+# install from it (install.sh) wherever it lies.
+CHECKOUT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
+# keep_checkout / restore_checkout: inside a namespace, around the private
+# mounts of a machine (/run, /tmp, /var/tmp, /var/log, /root), so that a
+# checkout under one of them (a clone in /tmp, in /root, in a path with a
+# space) is still where it was: keep_checkout opens it (fd 7) before,
+# restore_checkout binds that very directory back over its path after.
+keep_checkout() { exec 7<"$CHECKOUT"; }
+restore_checkout() {
+	if [ ! -e "$CHECKOUT/install.sh" ]; then
+		mkdir -p "$CHECKOUT"
+		# not canonicalized: the link names the directory opened before,
+		# its path here is the new, empty one
+		mount --no-canonicalize --bind /proc/self/fd/7 "$CHECKOUT"
+	fi
+	exec 7<&-
+	[ -e "$CHECKOUT/install.sh" ] || die "the checkout $CHECKOUT is not visible inside the namespace"
+}
+
 # private DIR SRC: bind SRC (made if missing) over the existing DIR.
 private() {
 	mkdir -p "$2"

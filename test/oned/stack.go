@@ -307,7 +307,7 @@ EOF
 virsh -q secret-define /root/secret.xml >/dev/null
 virsh -q secret-set-value --secret %s --base64 %s >/dev/null
 rm -f /root/secret.xml
-RBDFENCE_BIN=%s %s host >/dev/null`, secret, SecretUUID, key, s.Bin, filepath.Join(testenv.Root(), "install.sh"))
+RBDFENCE_BIN=%s %s host >/dev/null`, secret, SecretUUID, key, testenv.ShellQuote(s.Bin), testenv.ShellQuote(filepath.Join(testenv.Root(), "install.sh")))
 	if _, err := sh(ctx, "", "hosts.sh", "exec", h.Name, "bash", "-c", cmd); err != nil {
 		return fmt.Errorf("set-up of host %s: %w", h.Name, err)
 	}
@@ -361,7 +361,7 @@ ceph:
   user: libvirt
   keyring: /etc/ceph/ceph.client.libvirt.keyring
 EOF
-grep -q 'deploy=deploy-rbdfence' /etc/one/oned.conf`, s.Bin, filepath.Join(testenv.Root(), "install.sh"), s.Port0(), s.Addr, s.CephPort)
+grep -q 'deploy=deploy-rbdfence' /etc/one/oned.conf`, testenv.ShellQuote(s.Bin), testenv.ShellQuote(filepath.Join(testenv.Root(), "install.sh")), s.Port0(), s.Addr, s.CephPort)
 	if _, err := s.exec(ctx, "bash", "-c", cmd); err != nil {
 		return fmt.Errorf("rbdfence install on %s: %w", s.FE, err)
 	}

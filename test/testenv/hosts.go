@@ -133,7 +133,7 @@ func (hs *Hosts) SSH(t T, h Host, stdin string, remoteCmd ...string) (stdout, st
 		t.Fatal("Hosts.SSH: no remote command")
 	}
 	secs := int((SSHTimeout + time.Second - 1) / time.Second)
-	remote := fmt.Sprintf(`exec timeout -k 5 %d "$SHELL" -c %s`, secs, shellQuote(strings.Join(remoteCmd, " ")))
+	remote := fmt.Sprintf(`exec timeout -k 5 %d "$SHELL" -c %s`, secs, ShellQuote(strings.Join(remoteCmd, " ")))
 	ctx, cancel := context.WithTimeout(context.Background(), SSHTimeout+15*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "ssh", "-F", hs.SSHConfig, h.Name, remote)
@@ -159,8 +159,8 @@ func (hs *Hosts) SSH(t T, h Host, stdin string, remoteCmd ...string) (stdout, st
 	return out.String(), errb.String(), code
 }
 
-// shellQuote quotes s as one POSIX shell word.
-func shellQuote(s string) string {
+// ShellQuote quotes s as one POSIX shell word.
+func ShellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
