@@ -61,7 +61,12 @@ fuzz:
 model:
 	RBDFENCE_MODEL=large $(GO) test -tags $(TAGS) -count=1 -timeout 90m -run 'TestModel' -v ./internal/engine/
 
-demo: deps build
+# The demo installs only its own packages (test/deps.sh --demo), not the
+# tests' (OpenNebula's build, libvirt, linters).
+demo:
+	bash test/deps.sh --demo
+	$(GO) mod download
+	$(MAKE) build
 	bash test/demo.sh
 
 # bench: rbdfence check against its baselines on the test cluster (about a

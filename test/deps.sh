@@ -4,6 +4,9 @@
 #
 #   test/deps.sh            install what is missing
 #   test/deps.sh --check    exit 1 (and list them) if some are missing
+#   test/deps.sh --demo     only what `make demo` needs (DEMO_PKGS: the
+#                           Ceph cluster, the C libraries go-ceph links and
+#                           the C compiler cgo runs), said before installing
 set -euo pipefail
 
 PKGS=(
@@ -33,6 +36,14 @@ PKGS=(
 	nftables
 )
 
+# DEMO_PKGS: what `make demo` needs (test/demo.sh: a one-node cluster, the
+# zombie and rbdfence built with cgo).
+DEMO_PKGS=(ceph-mon ceph-osd ceph-mgr ceph-common librbd-dev librados-dev gcc libc6-dev)
+MODE=${1:-}
+if [ "$MODE" = --demo ]; then
+	PKGS=("${DEMO_PKGS[@]}")
+fi
+
 missing() {
 	local p st
 	for p in "${PKGS[@]}"; do
@@ -58,6 +69,10 @@ qemu_account() {
 account_missing() { ! getent passwd libvirt-qemu >/dev/null || ! getent group libvirt-qemu >/dev/null; }
 
 mapfile -t MISSING < <(missing)
+if [ "${#MISSING[@]}" -eq 0 ] && [ "$MODE" = --demo ]; then
+	echo "deps.sh: the demo's ${#PKGS[@]} packages are installed" >&2
+	exit 0
+fi
 if [ "${#MISSING[@]}" -eq 0 ]; then
 	if account_missing; then
 		[ "${1:-}" != "--check" ] && [ "$(id -u)" -eq 0 ] || {
@@ -78,7 +93,11 @@ fi
 	exit 1
 }
 
-echo "deps.sh: installing ${MISSING[*]}" >&2
+if [ "$MODE" = --demo ]; then
+	echo "deps.sh: the demo needs ${#PKGS[@]} packages (a Ceph cluster, librados/librbd, gcc for cgo); installing ${MISSING[*]}" >&2
+else
+	echo "deps.sh: installing ${MISSING[*]}" >&2
+fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
 # Do not let package scripts start services (ceph, libvirtd, sshd) on this
@@ -90,7 +109,7 @@ if [ ! -e "$policy" ]; then
 	trap 'rm -f "$policy"' EXIT
 fi
 apt-get install -y --no-install-recommends "${MISSING[@]}"
-qemu_account
+[ "$MODE" = --demo ] || qemu_account
 
 mapfile -t MISSING < <(missing)
 if [ "${#MISSING[@]}" -ne 0 ]; then
