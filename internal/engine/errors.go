@@ -223,6 +223,7 @@ type UnknownClaimError struct {
 
 func (e *UnknownClaimError) Error() string {
 	return fmt.Sprintf("refused, nothing fenced: VM %d's claim from an older rbdfence (deploy #%d on %s) is not shown to be its own: "+
-		"check where VM %d runs ('rbdfence claim show --vm %d'); once no copy of it runs on %s, 'rbdfence claim reset --vm %d --legacy'",
+		"it is this VM's from before a restore of oned's database, or another installation's sharing the claim pool (its next step adopts it); "+
+		"check where VM %d runs ('rbdfence claim show --vm %d'); if %s is this installation's host and no copy of the VM runs there, 'rbdfence claim reset --vm %d --legacy'",
 		e.VM, e.Recorded.Seq, orDash(e.Recorded.Host), e.VM, e.VM, orDash(e.Recorded.Host), e.VM)
 }

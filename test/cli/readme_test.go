@@ -378,8 +378,8 @@ func waitOpen(t *testing.T, c *testenv.Ceph, img string) {
 func demo(t *testing.T) {
 	t.Helper()
 	mk, err := os.ReadFile(filepath.Join(testenv.Root(), "Makefile"))
-	if err != nil || !regexp.MustCompile(`(?m)^demo: deps build\n\tbash test/demo.sh$`).Match(mk) {
-		t.Fatalf("the Makefile's demo target is not 'deps build' then 'bash test/demo.sh' (%v)", err)
+	if err != nil || !regexp.MustCompile(`(?m)^demo:\n\tbash test/deps.sh --demo\n\t\$\(GO\) mod download\n\t\$\(MAKE\) build\n\tbash test/demo.sh$`).Match(mk) {
+		t.Fatalf("the Makefile's demo target is not the demo's packages (deps.sh --demo), the modules, the build, then 'bash test/demo.sh' (%v)", err)
 	}
 	port := "16799"
 	if p, err := strconv.Atoi(os.Getenv("RBDFENCE_CEPH_PORT")); err == nil {

@@ -163,13 +163,16 @@ func TestTwoInstallationsShareClaimPool(t *testing.T) {
 	}
 }
 
-// TestOlderClaimAdoptedOnlyByItsVM (issue 18 item 4, the upgrade): a claim
-// an older rbdfence wrote in the shared claim pool (no identity) records
-// the client of staging's running VM on its host kvm9. Prod's VM of the
-// same id (oned shows it never ran on kvm9) is deployed: the old claim is
-// not read as its own, not fenced from, not touched. Staging's VM (oned's
-// history has that deploy on kvm9) then records its instance: the old claim
-// is its own and keeps what it recorded.
+// TestOlderClaimAdoptedOnlyByItsVM (issue 18 item 4, the upgrade; issue 31
+// item 2): a claim an older rbdfence wrote in the shared claim pool (no
+// identity) records the client of staging's running VM on its host kvm9.
+// Prod's VM of the same id (oned shows it never ran on kvm9) is deployed:
+// nothing shows the old claim to be prod's VM's or another's (it could be
+// prod's own from before a restore of oned's database), so the deploy is
+// refused, nothing is fenced and the claim is not touched. Staging's VM
+// (oned's history has that deploy on kvm9) then records its instance: the
+// old claim is its own and keeps what it recorded; it now names staging's
+// VM, and prod's deploy goes on, in prod's VM's own object.
 func TestOlderClaimAdoptedOnlyByItsVM(t *testing.T) {
 	in := newInstallations(t)
 	c, prodDisk, stgDisk, prodHost, stgHost := in.c, in.prodDisk, in.stgDisk, in.prodHost, in.stgHost
@@ -181,8 +184,8 @@ func TestOlderClaimAdoptedOnlyByItsVM(t *testing.T) {
 		"addrs": []string{zsAddr.String()}, "run": "old", "updated": time.Unix(stgStime+3600, 0).UTC()})
 	resp := fencer.Do(ctxT(t), prodHost, installReq(t, map[string]any{"op": "start", "vm": vm2, "seq": 3, "host": "kvm2", "source": "frontend", "disks": disks(prodDisk),
 		"stime": prodStime + 10, "history": []map[string]any{{"seq": 3, "host": "kvm2"}}}))
-	if !resp.OK {
-		t.Fatalf("prod's deploy of VM %d next to an older version's claim: %s (%s)", vm2, resp.Error, resp.Kind)
+	if resp.OK || !strings.HasPrefix(resp.Error, "refused, nothing fenced: ") || !strings.Contains(resp.Error, "claim reset --vm") {
+		t.Fatalf("prod's deploy of VM %d next to an older version's claim of unknown belonging: want a refusal naming claim reset, got ok=%v %s", vm2, resp.OK, resp.Error)
 	}
 	notBlocklisted(t, c, zsAddr.String())
 	if cl := readClaim(t, c, engine.DefaultClaimPool, vm2); cl == nil || cl.Host != "kvm9" || cl.Stime != 0 {
@@ -193,5 +196,11 @@ func TestOlderClaimAdoptedOnlyByItsVM(t *testing.T) {
 	if cl := readClaim(t, c, engine.DefaultClaimPool, vm2); cl == nil || cl.Host != "kvm9" || cl.Stime != stgStime || !hasAddr(cl.Recorded(), zsAddr.String()) {
 		t.Fatalf("staging's VM must adopt the older version's claim: %+v", cl)
 	}
+	resp = fencer.Do(ctxT(t), prodHost, installReq(t, map[string]any{"op": "start", "vm": vm2, "seq": 3, "host": "kvm2", "source": "frontend", "disks": disks(prodDisk),
+		"stime": prodStime + 10, "history": []map[string]any{{"seq": 3, "host": "kvm2"}}}))
+	if !resp.OK {
+		t.Fatalf("prod's deploy of VM %d once staging's VM adopted its claim: %s (%s)", vm2, resp.Error, resp.Kind)
+	}
+	notBlocklisted(t, c, zsAddr.String())
 	zs.WaitWrite(t, true, 30*time.Second)
 }
