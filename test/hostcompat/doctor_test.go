@@ -198,7 +198,7 @@ func TestDoctorHost(t *testing.T) {
 		}
 		return lines, out, code
 	}
-	checks := []string{"config", "ceph", "ceph-read", "ceph-blocklist", "libvirt-hook", "events-spool", "host-versions"}
+	checks := []string{"config", "ceph", "ceph-read", "ceph-blocklist", "ceph-address", "libvirt-hook", "events-spool", "host-versions"}
 	lines, out, code := doctor(hostCfg)
 	t.Logf("correct host:\n%s", out)
 	for _, c := range checks {

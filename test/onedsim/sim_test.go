@@ -112,7 +112,7 @@ func TestInfoThroughOpenNebulaClient(t *testing.T) {
 	mons := []string{"10.0.0.1:6789", "10.0.0.2:6790"}
 	want := &opennebula.VMInfo{
 		ID: 42, Name: "web-42", State: 3, LCMState: 3, Host: "node2", HostID: 2, Seq: 1, SystemDSID: 101, TMMadSystem: "ceph",
-		Stime: onedsim.DefaultSTime, History: []opennebula.Placement{{Seq: 0, Host: "node1"}, {Seq: 1, Host: "node2"}},
+		Stime: onedsim.DefaultSTime, History: []opennebula.Placement{{Seq: 0, Host: "node1", Stime: onedsim.DefaultSTime}, {Seq: 1, Host: "node2", Stime: onedsim.DefaultSTime + 60}},
 		Disks: []vmdisk.Disk{
 			{ID: "0", Pool: "one", Name: "one-7-42-0", Monitors: mons, User: "libvirt", Keyring: "/etc/ceph/ceph.client.libvirt.keyring"},
 			{ID: "1", Pool: "one", Name: "one-12", User: "libvirt"},
