@@ -11,7 +11,7 @@ CGO_PKGS  := ./cmd/... $(if $(wildcard hooks/*/main.go),./hooks/...)
 PURE_PKGS := $(if $(wildcard drivers/*/main.go),./drivers/...)
 FUZZTIME  ?= 30s
 
-.PHONY: all build deps test test-clean unit vet demo bench fuzz clean cluster-up cluster-down package
+.PHONY: all build deps test test-clean unit vet demo demo-opennebula bench fuzz clean cluster-up cluster-down package
 
 all: build
 
@@ -68,6 +68,11 @@ demo:
 	$(GO) mod download
 	$(MAKE) build
 	bash test/demo.sh
+
+# The OpenNebula story (test/demo-opennebula.sh): every test dependency,
+# OpenNebula 7.4.0 built once, a front-end, two hosts and Ceph.
+demo-opennebula: deps build
+	bash test/demo-opennebula.sh
 
 # bench: rbdfence check against its baselines on the test cluster (about a
 # minute). bench-oned: what rbdfence (local actions and hook) adds to a real
