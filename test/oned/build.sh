@@ -45,10 +45,15 @@ die() {
 	exit 1
 }
 
+CHECK=
+if [ "${1:-}" = --check ]; then
+	CHECK=1
+	shift
+fi
 VERSION=${1:-}
 case "$VERSION" in
 7.4.0 | 6.10.5) ;;
-*) die "usage: $PROG 7.4.0|6.10.5" ;;
+*) die "usage: $PROG [--check] 7.4.0|6.10.5" ;;
 esac
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -66,6 +71,14 @@ fi
 TARBALL=$SRC_DIR/one-release-$VERSION.tar.gz
 CACHE=${RBDFENCE_ONED_CACHE:-/var/cache/rbdfence-test/opennebula}
 GIT_URL=${RBDFENCE_OPENNEBULA_GIT:-https://github.com/OpenNebula/one}
+
+# --check: say at once (test/run.sh's first second) whether the source can
+# be had: the tarball, else the git repository answering within 15 s.
+if [ -n "$CHECK" ]; then
+	[ -r "$TARBALL" ] && exit 0
+	timeout 15 git ls-remote --exit-code --heads "$GIT_URL" "release-$VERSION" >/dev/null 2>&1 && exit 0
+	die "no OpenNebula $VERSION source for test/oned: neither $TARBALL nor $GIT_URL (no network?); put one-release-$VERSION.tar.gz in ../shared/opennebula beside the checkout, or set RBDFENCE_OPENNEBULA_SRC to its directory"
+fi
 
 for p in scons g++ bison flex ruby; do
 	command -v "$p" >/dev/null || die "$p not found: run test/deps.sh (as root)"
