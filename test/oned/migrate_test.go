@@ -39,15 +39,7 @@ func TestFailedLiveMigrationFencesCopy(t *testing.T) {
 	copyOnB := testenv.StartZombieOn(t, s.Ceph, b.Net(), img.Source, "write")
 	copyOnB.WaitWrite(t, true, 30*time.Second)
 
-	// libvirt runs every qemu.d script in name order and refuses the
-	// operation when one fails (libvirt docs/hooks.rst); it lists the
-	// directory on every call, so the script works without a restart.
-	refuse := s.hostFS(b, fmt.Sprintf("etc-libvirt/hooks/qemu.d/90-test-refuse-one-%d", vm))
-	body := fmt.Sprintf("#!/bin/sh\ncat >/dev/null\n[ \"$1\" = one-%d ] && [ \"$2\" = migrate ] && { echo 'test: migration of one-%d refused' >&2; exit 1; }\nexit 0\n", vm, vm)
-	if err := os.WriteFile(refuse, []byte(body), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.Remove(refuse) })
+	allow := s.refuseIncoming(t, b, vm)
 
 	s.One(t, "onevm", "migrate", "--live", strconv.Itoa(vm), b.Name)
 	v = s.WaitVM(t, vm, "RUNNING on "+a.Name+" after the failed migration", CmdTimeout, func(v *VM) bool {
@@ -76,9 +68,7 @@ func TestFailedLiveMigrationFencesCopy(t *testing.T) {
 	}
 
 	// The refusal gone, the migration is retried and hands over.
-	if err := os.Remove(refuse); err != nil {
-		t.Fatal(err)
-	}
+	allow()
 	s.One(t, "onevm", "migrate", "--live", strconv.Itoa(vm), b.Name)
 	s.WaitVM(t, vm, "RUNNING on "+b.Name, CmdTimeout, func(v *VM) bool { return v.MigratedTo(b.Name) })
 	if !s.GuestWrite(t, b, vm, 0xc3) {
@@ -228,4 +218,27 @@ func fileTail(path string, n int) string {
 		return "(" + err.Error() + ")"
 	}
 	return tail(string(b), n)
+}
+
+// refuseIncoming makes libvirt on h refuse the incoming live migration of
+// VM vm (a qemu hook of h's, after rbdfence's, exits 1 at `migrate begin`
+// for this VM alone), so that OpenNebula's vmm/kvm/migrate fails, until the
+// returned function (or the test's end) removes it. libvirt runs every
+// qemu.d script in name order and refuses the operation when one fails
+// (libvirt docs/hooks.rst); it lists the directory on every call, so the
+// script works without a restart.
+func (s *Stack) refuseIncoming(t *testing.T, h Host, vm int) (allow func()) {
+	t.Helper()
+	p := s.hostFS(h, fmt.Sprintf("etc-libvirt/hooks/qemu.d/90-test-refuse-one-%d", vm))
+	body := fmt.Sprintf("#!/bin/sh\ncat >/dev/null\n[ \"$1\" = one-%d ] && [ \"$2\" = migrate ] && { echo 'test: migration of one-%d refused' >&2; exit 1; }\nexit 0\n", vm, vm)
+	if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(p) })
+	return func() {
+		t.Helper()
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

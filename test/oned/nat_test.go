@@ -3,8 +3,6 @@ package oned
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,12 +76,7 @@ func TestHostsBehindNAT(t *testing.T) {
 	// incoming domain, as in TestFailedLiveMigrationFencesCopy): the
 	// failmigrate on a cannot tell a's clients from b's and refuses.
 	records := len(v.History)
-	refuse := s.hostFS(a, fmt.Sprintf("etc-libvirt/hooks/qemu.d/90-test-refuse-one-%d", vm))
-	body := fmt.Sprintf("#!/bin/sh\ncat >/dev/null\n[ \"$1\" = one-%d ] && [ \"$2\" = migrate ] && { echo 'test: migration of one-%d refused' >&2; exit 1; }\nexit 0\n", vm, vm)
-	if err := os.WriteFile(refuse, []byte(body), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.Remove(refuse) })
+	allow := s.refuseIncoming(t, a, vm)
 	s.One(t, "onevm", "migrate", "--live", strconv.Itoa(vm), a.Name)
 	s.WaitVM(t, vm, "RUNNING on "+b.Name+" after the failed migration", CmdTimeout, func(v *VM) bool {
 		return v.Running() && v.Host() == b.Name && len(v.History) >= records+2
@@ -100,9 +93,7 @@ func TestHostsBehindNAT(t *testing.T) {
 	if !s.GuestWrite(t, b, vm, 0xe3) {
 		t.Fatalf("the guest of VM %d cannot write on %s after the failed migration behind NAT", vm, b.Name)
 	}
-	if err := os.Remove(refuse); err != nil {
-		t.Fatal(err)
-	}
+	allow()
 
 	// libvirtd on b stops (its QEMU writes on) and the operator recreates
 	// the VM: placed on a, whose start fences the instance left on b,
