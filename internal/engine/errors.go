@@ -147,7 +147,7 @@ type OtherVMError struct {
 }
 
 func (e *OtherVMError) Error() string {
-	other := "written by an older rbdfence, not shown to be this VM's"
+	other := "written by an older rbdfence before this VM existed"
 	if e.Recorded.Stime != 0 {
 		other = "of the VM " + strconv.Itoa(e.VM) + " created at " + deployTime(e.Recorded.Stime)
 	}

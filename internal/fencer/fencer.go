@@ -7,6 +7,7 @@ package fencer
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"strings"
 	"time"
@@ -115,4 +116,19 @@ func hostIPs(cfg *config.Config) ([]netip.Addr, error) { return hostaddrs.Own(cf
 // client (own).
 func hostView(ips []netip.Addr, own []engine.Addr) engine.HostView {
 	return engine.HostView{Own: ips, Seen: engine.SeenIPs(own)}
+}
+
+// errSeenUnknown: librados gave no address for our client, so the address
+// Ceph sees for this host's clients is not known; a close of a live
+// migration's window, which fences by address, refuses rather than fence
+// on the host's interfaces alone (behind NAT that would fence the VM).
+var errSeenUnknown = errors.New("refused, nothing fenced: librados gave no address for this host's Ceph client, so the address Ceph sees for its clients is unknown: retry the step")
+
+// closeView is hostView for the close of a window: an error when librados
+// gave no address (errSeenUnknown).
+func closeView(ips []netip.Addr, own []engine.Addr) (engine.HostView, error) {
+	if len(own) == 0 {
+		return engine.HostView{}, errSeenUnknown
+	}
+	return hostView(ips, own), nil
 }

@@ -4,6 +4,7 @@ package fencer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -255,5 +256,20 @@ func TestHostView(t *testing.T) {
 				t.Fatalf("hostView(%v, %v) = %+v, want Seen %v", own, tc.seen, v, tc.want)
 			}
 		})
+	}
+}
+
+// A close of a window fences by address: without librados's answer for our
+// client's address it refuses (the interfaces alone would take a NAT
+// address Ceph sees for the VM's QEMU for another host's).
+func TestCloseViewNeedsCephsAnswer(t *testing.T) {
+	own := []netip.Addr{netip.MustParseAddr("10.0.0.1")}
+	if _, err := closeView(own, nil); !errors.Is(err, errSeenUnknown) || !strings.HasPrefix(err.Error(), "refused, nothing fenced: ") {
+		t.Fatalf("no address from librados: %v, want errSeenUnknown", err)
+	}
+	a, _ := engine.ParseAddr("203.0.113.9:0/5")
+	v, err := closeView(own, []engine.Addr{a})
+	if err != nil || len(v.Behind()) != 1 {
+		t.Fatalf("librados answered: %+v %v", v, err)
 	}
 }

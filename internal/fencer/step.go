@@ -172,6 +172,11 @@ func runGroup(ctx context.Context, cfg *config.Config, req *hoststep.Request, g 
 	// the host (behind NAT toward Ceph, an address the host does not
 	// have). The scope of a record and of a window's close is both.
 	view := hostView(ips, sess.Cluster.OwnAddrs())
+	if req.Op == hoststep.OpPostmigrate || req.Op == hoststep.OpFailmigrate {
+		if view, err = closeView(ips, sess.Cluster.OwnAddrs()); err != nil {
+			return nil, err
+		}
+	}
 	scope := view.Scope()
 	if !req.Local {
 		// This step runs on req.Host: the addresses Ceph sees for its
