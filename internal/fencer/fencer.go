@@ -17,6 +17,7 @@ import (
 	"github.com/rbdfence/rbdfence/internal/config"
 	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hostaddrs"
+	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/vmdisk"
 )
 
@@ -124,11 +125,11 @@ func hostView(ips []netip.Addr, own []engine.Addr) engine.HostView {
 // on the host's interfaces alone (behind NAT that would fence the VM).
 var errSeenUnknown = errors.New("refused, nothing fenced: librados gave no address for this host's Ceph client, so the address Ceph sees for its clients is unknown: retry the step")
 
-// closeView is hostView for the close of a window: an error when librados
-// gave no address (errSeenUnknown).
-func closeView(ips []netip.Addr, own []engine.Addr) (engine.HostView, error) {
-	if len(own) == 0 {
-		return engine.HostView{}, errSeenUnknown
+// seenKnown is errSeenUnknown for the close of a window (op postmigrate or
+// failmigrate) when librados gave no address for our client (own).
+func seenKnown(op string, own []engine.Addr) error {
+	if len(own) == 0 && (op == hoststep.OpPostmigrate || op == hoststep.OpFailmigrate) {
+		return errSeenUnknown
 	}
-	return hostView(ips, own), nil
+	return nil
 }

@@ -263,13 +263,16 @@ func TestHostView(t *testing.T) {
 // client's address it refuses (the interfaces alone would take a NAT
 // address Ceph sees for the VM's QEMU for another host's).
 func TestCloseViewNeedsCephsAnswer(t *testing.T) {
-	own := []netip.Addr{netip.MustParseAddr("10.0.0.1")}
-	if _, err := closeView(own, nil); !errors.Is(err, errSeenUnknown) || !strings.HasPrefix(err.Error(), "refused, nothing fenced: ") {
-		t.Fatalf("no address from librados: %v, want errSeenUnknown", err)
+	for _, op := range []string{hoststep.OpPostmigrate, hoststep.OpFailmigrate} {
+		if err := seenKnown(op, nil); !errors.Is(err, errSeenUnknown) || !strings.HasPrefix(err.Error(), "refused, nothing fenced: ") {
+			t.Fatalf("%s without an address from librados: %v, want errSeenUnknown", op, err)
+		}
 	}
 	a, _ := engine.ParseAddr("203.0.113.9:0/5")
-	v, err := closeView(own, []engine.Addr{a})
-	if err != nil || len(v.Behind()) != 1 {
-		t.Fatalf("librados answered: %+v %v", v, err)
+	if err := seenKnown(hoststep.OpPostmigrate, []engine.Addr{a}); err != nil {
+		t.Fatalf("librados answered: %v", err)
+	}
+	if err := seenKnown(hoststep.OpRecord, nil); err != nil {
+		t.Fatalf("a record (it fences nothing) goes on: %v", err)
 	}
 }

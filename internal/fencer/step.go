@@ -171,12 +171,11 @@ func runGroup(ctx context.Context, cfg *config.Config, req *hoststep.Request, g 
 	// Ceph learned for this step's client, the same for every client of
 	// the host (behind NAT toward Ceph, an address the host does not
 	// have). The scope of a record and of a window's close is both.
-	view := hostView(ips, sess.Cluster.OwnAddrs())
-	if req.Op == hoststep.OpPostmigrate || req.Op == hoststep.OpFailmigrate {
-		if view, err = closeView(ips, sess.Cluster.OwnAddrs()); err != nil {
-			return nil, err
-		}
+	own := sess.Cluster.OwnAddrs()
+	if err := seenKnown(req.Op, own); err != nil {
+		return nil, err
 	}
+	view := hostView(ips, own)
 	scope := view.Scope()
 	if !req.Local {
 		// This step runs on req.Host: the addresses Ceph sees for its
