@@ -199,7 +199,7 @@ func claim(t *testing.T, c *testenv.Ceph, vm int) engine.Claim {
 	t.Helper()
 	out := c.Admin(t, "rados", "-p", c.Pool, "get", engine.ClaimObject(vm), "/dev/stdout")
 	var cl engine.Claim
-	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &cl); err != nil {
+	if err := json.Unmarshal([]byte(out), &cl); err != nil {
 		t.Fatalf("claim of VM %d: %v: %q", vm, err, out)
 	}
 	return cl

@@ -160,9 +160,15 @@ func (c *Ceph) run(t T, prog string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, prog, args...).CombinedOutput()
+	// Only stdout is the answer: librados writes transient notices
+	// ("monclient: handle_auth_reply_more no authorizer?") to stderr, which
+	// a caller parsing JSON must not see.
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", prog, strings.Join(args, " "), err, out)
+		t.Fatalf("%s %s: %v\n%s%s", prog, strings.Join(args, " "), err, out, stderr.Bytes())
 	}
 	return string(out)
 }
