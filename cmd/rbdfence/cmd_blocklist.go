@@ -74,9 +74,7 @@ func entries(ctx context.Context, cfg *config.Config, s *fencer.Session) ([]entr
 		en := entry{Address: e.Addr, Until: e.Until, TimeLeft: e.Until.Sub(now).Round(time.Second).String()}
 		if r, ok := last[e.Addr]; ok {
 			en.Ours, en.Image, en.Host, en.FencedAt, en.Op = true, r.Image, r.Host, r.Time, r.Op
-			if r.VM >= 0 { // the audit log's -1: a fence of no VM
-				en.VM = &r.VM
-			}
+			en.VM = r.VM
 		}
 		out = append(out, en)
 	}
@@ -215,12 +213,12 @@ func runUnfence(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		if err := s.Cluster.Unblocklist(ctx, a); err != nil {
 			return err // a CapError names the cap to grant
 		}
-		rec := audit.Record{Time: time.Now().UTC(), Run: run, Op: "unfence", VM: -1, Host: e.Host, Image: e.Image,
+		rec := audit.Record{Time: time.Now().UTC(), Run: run, Op: "unfence", Host: e.Host, Image: e.Image,
 			Address: e.Address, Action: "unblocklisted", Result: "ok"}
 		what := "not added by rbdfence"
 		switch {
 		case e.VM != nil:
-			rec.VM = *e.VM
+			rec.VM = e.VM
 			what = fmt.Sprintf("VM %d, image %s", *e.VM, dash(e.Image))
 		case e.Ours:
 			what = "added by rbdfence " + dash(e.Op) + " for host " + dash(e.Host)

@@ -83,7 +83,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer, dryR
 	} else {
 		r = s.Engine.Fence(ctx, imgs, engine.Scope{}, nil)
 		run := audit.NewRunID()
-		recs, aerr := fencer.Audit(cfg, r, audit.Meta{Run: run, Op: "fence", VM: -1, Host: cfg.Host()})
+		recs, aerr := fencer.Audit(cfg, r, audit.Meta{Run: run, Op: "fence", Host: cfg.Host()})
 		for _, rec := range recs {
 			log.WithFields(map[string]any{"run": run, "image": rec.Image, "client": rec.Client, "address": rec.Address,
 				"cookie": rec.Cookie, "action": rec.Action, "expire": fmtTime(rec.Expire)}).Info("fenced client")

@@ -160,7 +160,7 @@ func resetOne(ctx context.Context, cfg *config.Config, s *fencer.Session, w engi
 	if err != nil {
 		return nil, nil, err
 	}
-	rec := audit.Record{Time: time.Now().UTC(), Run: w.Run, Op: op, VM: w.VM, Action: "claim-reset", Result: "ok"}
+	rec := audit.Record{Time: time.Now().UTC(), Run: w.Run, Op: op, VM: audit.VMOf(w.VM), Action: "claim-reset", Result: "ok"}
 	if prev != nil {
 		rec.Host = prev.Host
 	}

@@ -158,7 +158,7 @@ func TestClaimResetAndGC(t *testing.T) {
 		t.Fatalf("claim after reset: %+v", got)
 	}
 	recs, _, err := audit.Read(auditLog)
-	if err != nil || len(recs) != 2 || recs[1].VM != live || recs[1].Op != "claim-reset" || recs[1].Host != "hostB" {
+	if err != nil || len(recs) != 2 || recs[1].VM == nil || *recs[1].VM != live || recs[1].Op != "claim-reset" || recs[1].Host != "hostB" {
 		t.Fatalf("audit log after reset: %+v %v", recs, err)
 	}
 	ut, _ := sim.UserTemplate(live)

@@ -170,7 +170,7 @@ func (e *hostStepError) Outcome() outcome.Kind { return e.r.Kind }
 // syslog line (tag rbdfence-host) when the host has a syslog.
 func logDetached(cfg *config.Config, req *hoststep.Request, resp *hoststep.Response) {
 	msg := fmt.Sprintf("VM %d: %s step (run %s, deploy #%d on %s) failed: %s", req.VM, req.Op, req.Run, req.Seq, req.Host, resp.Error)
-	rec := audit.Record{Time: time.Now().UTC(), Run: req.Run, Op: req.Op, VM: req.VM, Host: req.Host,
+	rec := audit.Record{Time: time.Now().UTC(), Run: req.Run, Op: req.Op, VM: audit.VMOf(req.VM), Host: req.Host,
 		Action: "none", Result: "error", Error: resp.Error}
 	if err := audit.Append(cfg.AuditLog, []audit.Record{rec}); err != nil {
 		msg += fmt.Sprintf(" (audit log %s not written: %v)", cfg.AuditLog, err)

@@ -24,28 +24,53 @@ func NewRunID() string {
 	return hex.EncodeToString(b)
 }
 
-// Record is one audit line.
+// Record is one audit line: the audit log's schema. docs/CONFIGURATION.md
+// ("Audit log") documents it from this type's field comments
+// (TestSchemaDocumented). A field that does not apply to a record is absent
+// from its line, never a placeholder.
 type Record struct {
-	Time    time.Time `json:"time"`
-	Run     string    `json:"run"`
-	Op      string    `json:"op"` // prestart, fence, postmigrate, failmigrate, hook, unfence
-	VM      int       `json:"vm"` // -1 when not a VM
-	Host    string    `json:"host,omitempty"`
-	Image   string    `json:"image,omitempty"`
-	Client  string    `json:"client,omitempty"`
-	Address string    `json:"address"`
-	Cookie  string    `json:"cookie,omitempty"`
-	Action  string    `json:"action"`
-	Expire  time.Time `json:"expire,omitzero"`
-	Result  string    `json:"result"` // ok or error
-	Error   string    `json:"error,omitempty"`
+	// Time is when the run wrote the line (UTC).
+	Time time.Time `json:"time"`
+	// Run is the run id, also in the run's log lines, claims and events.
+	Run string `json:"run"`
+	// Op is what ran: a host step (start, record, postmigrate, failmigrate, attach, incoming) or a CLI verb (fence, unfence, fence-host, claim-reset, claim-gc).
+	Op string `json:"op"`
+	// VM is the OpenNebula VM id; absent for a fence of no VM (a CLI fence or unfence, a fence-host of a whole address).
+	VM *int `json:"vm,omitempty"`
+	// Host is the host the run acted for (absent when it names none).
+	Host string `json:"host,omitempty"`
+	// Image is the RBD image, pool/name (absent for a fence of a whole address).
+	Image string `json:"image,omitempty"`
+	// Client is the Ceph client fenced, client.ID (absent when the line is about no client).
+	Client string `json:"client,omitempty"`
+	// Address is the client instance's address as Ceph blocklists it, IP:port/nonce.
+	Address string `json:"address,omitempty"`
+	// Cookie is the lock cookie broken (absent when the client held no lock).
+	Cookie string `json:"cookie,omitempty"`
+	// Action is what was done: blocklisted, blocklisted+unlocked, blocklisted-whole-address, failed, unblocklisted, claim-reset, none.
+	Action string `json:"action"`
+	// Expire is when the blocklist entry expires (absent when nothing was blocklisted).
+	Expire time.Time `json:"expire,omitzero"`
+	// Result is ok or error.
+	Result string `json:"result"`
+	// Error is what failed, when Result is error.
+	Error string `json:"error,omitempty"`
+}
+
+// VMOf is the Record.VM (and Meta.VM) of a VM id that is negative when the
+// run is for no VM (a libvirt domain that is not an OpenNebula VM): nil then.
+func VMOf(id int) *int {
+	if id < 0 {
+		return nil
+	}
+	return &id
 }
 
 // Meta is what a run knows about itself.
 type Meta struct {
 	Run  string
 	Op   string
-	VM   int
+	VM   *int // nil: the run is for no VM
 	Host string
 }
 
@@ -127,6 +152,9 @@ func Read(path string) (recs []Record, bad int, err error) {
 		if json.Unmarshal(sc.Bytes(), &r) != nil {
 			bad++
 			continue
+		}
+		if r.VM != nil && *r.VM < 0 {
+			r.VM = nil // the "vm":-1 of lines before 2026-12 meant no VM
 		}
 		recs = append(recs, r)
 	}

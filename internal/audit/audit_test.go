@@ -16,8 +16,8 @@ func TestFromReportAppendRead(t *testing.T) {
 		{Address: "10.0.0.2:0/2", Action: engine.ActNone, Decision: engine.DecideAllowlisted},
 		{Address: "10.0.0.3:0/3", Action: engine.ActFailed, Error: "blocklist failed: EACCES"},
 	}}}, Recorded: []engine.ClientReport{{Address: "10.0.0.4:0/4", Action: engine.ActBlocklisted}}}
-	recs := FromReport(r, Meta{Run: "r1", Op: "start", VM: 7, Host: "h"}, time.Unix(1000, 0))
-	if len(recs) != 3 || recs[0].Result != "ok" || recs[1].Result != "error" || recs[2].Image != "" || recs[0].VM != 7 {
+	recs := FromReport(r, Meta{Run: "r1", Op: "start", VM: VMOf(7), Host: "h"}, time.Unix(1000, 0))
+	if len(recs) != 3 || recs[0].Result != "ok" || recs[1].Result != "error" || recs[2].Image != "" || *recs[0].VM != 7 {
 		t.Fatalf("records: %+v", recs)
 	}
 	path := filepath.Join(t.TempDir(), "sub", "audit.log")

@@ -26,16 +26,21 @@ import (
 // run, image and address, so a run that is retried after a crash re-creates
 // the same id and oned counts the collision once.
 func eventID(r audit.Record) string {
-	sum := sha256.Sum256([]byte(fmt.Sprintf("%s|%d|%s|%s", r.Run, r.VM, r.Image, r.Address)))
+	vm := -1 // the id's input before Record.VM became optional: ids stay as they were
+	if r.VM != nil {
+		vm = *r.VM
+	}
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s|%d|%s|%s", r.Run, vm, r.Image, r.Address)))
 	return hex.EncodeToString(sum[:16])
 }
 
-// Events returns one event per audit record of a VM (records of VM -1, a
-// domain that is not an OpenNebula VM, stay in the audit log only).
+// Events returns one event per audit record of a VM (records of no VM, a
+// CLI fence or a domain that is not an OpenNebula VM, stay in the audit log
+// only).
 func Events(recs []audit.Record, source string) []events.Event {
 	var out []events.Event
 	for _, r := range recs {
-		if r.VM < 0 {
+		if r.VM == nil {
 			continue
 		}
 		action := r.Action
@@ -43,7 +48,7 @@ func Events(recs []audit.Record, source string) []events.Event {
 			action = "fence-failed"
 		}
 		out = append(out, events.Event{
-			ID: eventID(r), Time: r.Time, VM: r.VM, Host: r.Host, Image: r.Image, Client: r.Client,
+			ID: eventID(r), Time: r.Time, VM: *r.VM, Host: r.Host, Image: r.Image, Client: r.Client,
 			Address: r.Address, Cookie: r.Cookie, Action: action, Expire: r.Expire, Source: source,
 		})
 	}

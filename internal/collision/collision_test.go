@@ -8,11 +8,11 @@ import (
 )
 
 func TestEvents(t *testing.T) {
-	rec := audit.Record{Time: time.Unix(100, 0), Run: "r", VM: 42, Host: "h", Image: "one/a", Client: "client.9", Address: "10.0.0.1:0/5", Action: "blocklisted+unlocked"}
+	rec := audit.Record{Time: time.Unix(100, 0), Run: "r", VM: audit.VMOf(42), Host: "h", Image: "one/a", Client: "client.9", Address: "10.0.0.1:0/5", Action: "blocklisted+unlocked"}
 	failed := rec
 	failed.Address, failed.Error = "10.0.0.2:0/6", "boom"
 	other := rec
-	other.VM = -1
+	other.VM = nil
 	evs := Events([]audit.Record{rec, failed, other}, "hook/start")
 	if len(evs) != 2 {
 		t.Fatalf("records of non-VMs must not become events: %d", len(evs))

@@ -157,7 +157,7 @@ func (w *world) call(o *stepOut, crash int, source, op string, f func(e *engine.
 	o.crashed = st.dead
 	traced := map[string]bool{}
 	if !o.crashed && res != nil && !mutant("no-audit") {
-		recs := audit.FromReport(res.Report, audit.Meta{Run: "model", Op: op, VM: mVM}, w.now())
+		recs := audit.FromReport(res.Report, audit.Meta{Run: "model", Op: op, VM: audit.VMOf(mVM)}, w.now())
 		evs := collision.Events(recs, source+"/"+op)
 		inEvents := map[string]bool{}
 		for _, ev := range evs {

@@ -165,15 +165,15 @@ func TestAudit(t *testing.T) {
 		{Client: "client.1", Address: "10.0.0.5:0/1", Decision: engine.DecideFence, Action: engine.ActUnlocked},
 		{Client: "client.2", Address: "10.0.0.6:0/2", Decision: engine.DecideAllowlisted, Action: engine.ActNone},
 	}}}, Fenced: 1}
-	recs, err := Audit(c, r, audit.Meta{Run: "r1", Op: "start", VM: 42, Host: "node1"})
-	if err != nil || len(recs) != 1 || recs[0].Address != "10.0.0.5:0/1" || recs[0].VM != 42 {
+	recs, err := Audit(c, r, audit.Meta{Run: "r1", Op: "start", VM: audit.VMOf(42), Host: "node1"})
+	if err != nil || len(recs) != 1 || recs[0].Address != "10.0.0.5:0/1" || *recs[0].VM != 42 {
 		t.Fatalf("%+v %v", recs, err)
 	}
 	if b, _ := os.ReadFile(c.AuditLog); strings.Count(string(b), "\n") != 1 {
 		t.Fatalf("audit log %q", b)
 	}
 	c.AuditLog = filepath.Join(t.TempDir(), "missing-dir", "sub", "\x00bad")
-	if recs, err := Audit(c, r, audit.Meta{Run: "r1", Op: "start", VM: 42}); err == nil || len(recs) != 1 {
+	if recs, err := Audit(c, r, audit.Meta{Run: "r1", Op: "start", VM: audit.VMOf(42)}); err == nil || len(recs) != 1 {
 		t.Fatalf("unwritable log: %+v %v (the records must still come back)", recs, err)
 	}
 }

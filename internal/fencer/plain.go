@@ -46,7 +46,7 @@ func FenceDisks(ctx context.Context, cfg *config.Config, disks []vmdisk.Disk, ru
 		}
 	}
 	resp.Report = report
-	recs, aerr := Audit(cfg, report, audit.Meta{Run: run, Op: opFence, VM: -1, Host: host})
+	recs, aerr := Audit(cfg, report, audit.Meta{Run: run, Op: opFence, Host: host})
 	resp.Audit = recs
 	if err != nil {
 		resp.OK, resp.Kind, resp.Error = false, outcome.Of(err), err.Error()

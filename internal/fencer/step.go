@@ -58,7 +58,7 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 	opts.OnBlocklisted = func(image string, c engine.ClientReport) {
 		// Durable before the lock break: a crash from here on leaves the
 		// event in the spool, delivered once by the next run or flush.
-		putEvents(spool, []audit.Record{{Time: time.Now().UTC(), Run: req.Run, Op: req.Op, VM: req.VM, Host: req.Host, Image: image,
+		putEvents(spool, []audit.Record{{Time: time.Now().UTC(), Run: req.Run, Op: req.Op, VM: audit.VMOf(req.VM), Host: req.Host, Image: image,
 			Client: c.Client, Address: c.Address, Cookie: c.Cookie, Action: string(c.Action), Expire: c.Expire, Result: "ok"}}, source)
 		failpoint.Hit("after-blocklist")
 	}
@@ -70,7 +70,7 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 	answer := make(chan engine.Domain, 1)
 	go func() { answer <- domainAnswer(ctx, cfg, req) }()
 	domain := sync.OnceValue(func() engine.Domain { return <-answer })
-	meta := audit.Meta{Run: req.Run, Op: req.Op, VM: req.VM, Host: req.Host}
+	meta := audit.Meta{Run: req.Run, Op: req.Op, VM: audit.VMOf(req.VM), Host: req.Host}
 
 	// A start with disks in several clusters (or reached with several Ceph
 	// accesses) first checks every claim, so that a refusal in one cluster

@@ -284,10 +284,10 @@ func auditRecords(res *Result) []audit.Record {
 			continue
 		}
 		for _, vr := range c.Result.VMs {
-			out = append(out, audit.FromReport(vr.Report, audit.Meta{Run: res.Run, Op: Op, VM: vr.VM, Host: res.Host}, res.Time)...)
+			out = append(out, audit.FromReport(vr.Report, audit.Meta{Run: res.Run, Op: Op, VM: audit.VMOf(vr.VM), Host: res.Host}, res.Time)...)
 		}
 		for _, w := range c.Result.Whole {
-			r := audit.Record{Time: res.Time, Run: res.Run, Op: Op, VM: -1, Host: res.Host, Address: w.Address,
+			r := audit.Record{Time: res.Time, Run: res.Run, Op: Op, Host: res.Host, Address: w.Address,
 				Action: ActionWhole, Expire: w.Expire, Result: "ok"}
 			if w.Error != "" {
 				r.Result, r.Error = "error", w.Error

@@ -211,6 +211,15 @@ func TestFenceWritingZombie(t *testing.T) {
 	if err != nil || !strings.Contains(string(data), z.Addr) || !strings.Contains(string(data), `"action":"blocklisted+unlocked"`) {
 		t.Fatalf("audit log must hold the fence: %v\n%s", err, data)
 	}
+	// A CLI fence is for no VM: the line has no "vm" at all, no -1
+	// (issue 30 item 4).
+	var line map[string]any
+	if err := json.Unmarshal(bytes.TrimSpace(data), &line); err != nil {
+		t.Fatalf("audit line: %v\n%s", err, data)
+	}
+	if v, ok := line["vm"]; ok {
+		t.Fatalf("the audit line of a CLI fence has \"vm\": %v; fields that do not apply are absent:\n%s", v, data)
+	}
 	if !strings.Contains(r.stderr, "fenced client") || !strings.Contains(r.stderr, z.Addr) {
 		t.Fatalf("stderr must log the fence:\n%s", r.stderr)
 	}

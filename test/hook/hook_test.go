@@ -67,7 +67,7 @@ func TestHookFencesZombie(t *testing.T) {
 	// The audit log names the zombie, for this VM and host, from the hook.
 	var found bool
 	for _, r := range e.auditRecords() {
-		if r.Address == zaddr && r.VM == id && r.Host == hostName && r.Image == image && r.Result == "ok" {
+		if r.Address == zaddr && r.VM != nil && *r.VM == id && r.Host == hostName && r.Image == image && r.Result == "ok" {
 			found = true
 		}
 	}
@@ -149,7 +149,7 @@ func TestHookFencesForeignDomain(t *testing.T) {
 	}
 	var found bool
 	for _, r := range e.auditRecords() {
-		if r.Address == zaddr && r.VM == -1 && r.Op == "fence" {
+		if r.Address == zaddr && r.VM == nil && r.Op == "fence" {
 			found = true
 		}
 	}
