@@ -57,6 +57,19 @@ type Record struct {
 	Error string `json:"error,omitempty"`
 }
 
+// UnmarshalJSON reads a record as written now or by an older rbdfence, whose
+// lines (and hosts' answers) said "vm":-1 for no VM: that is no VM here.
+func (r *Record) UnmarshalJSON(b []byte) error {
+	type plain Record
+	if err := json.Unmarshal(b, (*plain)(r)); err != nil {
+		return err
+	}
+	if r.VM != nil && *r.VM < 0 {
+		r.VM = nil
+	}
+	return nil
+}
+
 // VMOf is the Record.VM (and Meta.VM) of a VM id that is negative when the
 // run is for no VM (a libvirt domain that is not an OpenNebula VM): nil then.
 func VMOf(id int) *int {
@@ -152,9 +165,6 @@ func Read(path string) (recs []Record, bad int, err error) {
 		if json.Unmarshal(sc.Bytes(), &r) != nil {
 			bad++
 			continue
-		}
-		if r.VM != nil && *r.VM < 0 {
-			r.VM = nil // the "vm":-1 of lines before 2026-12 meant no VM
 		}
 		recs = append(recs, r)
 	}

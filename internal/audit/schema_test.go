@@ -76,6 +76,14 @@ func TestReadOlderLines(t *testing.T) {
 	if recs[0].VM != nil || recs[1].VM == nil || *recs[1].VM != 0 {
 		t.Fatalf("vm of the older lines: %v %v", recs[0].VM, recs[1].VM)
 	}
+	// An older host's answer carries its records the same way.
+	var resp struct{ Audit []Record }
+	if err := json.Unmarshal([]byte(`{"audit":[{"vm":-1,"op":"fence"},{"vm":7,"op":"start"}]}`), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Audit) != 2 || resp.Audit[0].VM != nil || *resp.Audit[1].VM != 7 || resp.Audit[0].Op != "fence" {
+		t.Fatalf("%+v", resp.Audit)
+	}
 }
 
 // TestSchemaDocumented: docs/CONFIGURATION.md's audit table is Record's
