@@ -34,6 +34,9 @@ func (e *CapError) Error() string {
 	return fmt.Sprintf("client.%s may not %s: grant it %s (or use a user that has it, e.g. --id rbdfence-admin)", e.User, e.What, e.Need)
 }
 
+// Brief: engine.Briefer.
+func (e *CapError) Brief() string { return "client." + e.User + " lacks a Ceph cap; grant it (VM log)" }
+
 // Outcome: our credentials are refused for this.
 func (e *CapError) Outcome() outcome.Kind { return outcome.Unavailable }
 

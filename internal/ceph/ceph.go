@@ -81,6 +81,19 @@ func (e *ConnectError) Error() string {
 	return fmt.Sprintf("cannot connect to Ceph monitors %s as client.%s: %v", mons, e.User, e.Err)
 }
 
+// Brief: engine.Briefer.
+func (e *ConnectError) Brief() string {
+	switch {
+	case e.Errno == int(syscall.EACCES) || e.Errno == int(syscall.EPERM):
+		return "Ceph refused client." + e.User + "; check key and caps"
+	case errors.As(e.Err, new(*UnresolvedError)):
+		return "monitor name unresolved; check ceph.mon_host"
+	case e.Errno == int(syscall.ETIMEDOUT) || errors.Is(e.Err, context.DeadlineExceeded):
+		return "Ceph monitors unreachable; check mon_host, network"
+	}
+	return "cannot connect to Ceph; check mon_host and the key"
+}
+
 func (e *ConnectError) Unwrap() error { return e.Err }
 
 // Outcome: the check could not be done.

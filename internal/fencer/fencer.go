@@ -7,7 +7,6 @@ package fencer
 
 import (
 	"context"
-	"errors"
 	"net/netip"
 	"strings"
 	"time"
@@ -123,7 +122,15 @@ func hostView(ips []netip.Addr, own []engine.Addr) engine.HostView {
 // Ceph sees for this host's clients is not known; a close of a live
 // migration's window, which fences by address, refuses rather than fence
 // on the host's interfaces alone (behind NAT that would fence the VM).
-var errSeenUnknown = errors.New("refused, nothing fenced: librados gave no address for this host's Ceph client, so the address Ceph sees for its clients is unknown: retry the step")
+var errSeenUnknown error = seenUnknownError{}
+
+type seenUnknownError struct{}
+
+func (seenUnknownError) Error() string {
+	return "refused, nothing fenced: librados gave no address for this host's Ceph client, so the address Ceph sees for its clients is unknown: retry the step"
+}
+
+func (seenUnknownError) Brief() string { return "librados gave no own address; retry the step" }
 
 // seenKnown is errSeenUnknown for the close of a window (op postmigrate or
 // failmigrate) when librados gave no address for our client (own).

@@ -49,7 +49,7 @@ func FenceDisks(ctx context.Context, cfg *config.Config, disks []vmdisk.Disk, ru
 	recs, aerr := Audit(cfg, report, audit.Meta{Run: run, Op: opFence, Host: host})
 	resp.Audit = recs
 	if err != nil {
-		resp.OK, resp.Kind, resp.Error = false, outcome.Of(err), err.Error()
+		resp.OK, resp.Kind, resp.Error, resp.Brief = false, outcome.Of(err), err.Error(), engine.BriefOf(err)
 		return resp
 	}
 	if aerr != nil {

@@ -29,7 +29,7 @@ func Do(ctx context.Context, cfg *config.Config, req *hoststep.Request) *hostste
 	}
 	resp := &hoststep.Response{Op: req.Op}
 	fail := func(err error) *hoststep.Response {
-		resp.OK, resp.Kind, resp.Error = false, outcome.Of(err), err.Error()
+		resp.OK, resp.Kind, resp.Error, resp.Brief = false, outcome.Of(err), err.Error(), engine.BriefOf(err)
 		return resp
 	}
 	ips, err := hostIPs(cfg)

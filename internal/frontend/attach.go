@@ -160,8 +160,8 @@ func attachedDisks(msg []byte, id int) ([]vmdisk.Disk, *opennebula.VMInfo, error
 
 // checkAttach runs the attach host step; it reports whether the check was
 // done (false: it could not be, and fence.fail_open let the attach go on).
-// A refusal's line starts as a start's: "rbdfence refused the hot-attach
-// of disk vdb, nothing fenced: <the host's reason>".
+// A refusal's line is a start's (refusal): "rbdfence: refused, nothing
+// fenced: <brief> | hot-attach of disk vdb on node1: <the host's reason>".
 func (e *Env) checkAttach(ctx context.Context, a AttachArgs, vm *opennebula.VMInfo, disks []vmdisk.Disk, run string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(e.Cfg.Timeouts.Total))
 	defer cancel()
@@ -171,7 +171,7 @@ func (e *Env) checkAttach(ctx context.Context, a AttachArgs, vm *opennebula.VMIn
 	resp, err := e.hostStep(ctx, a.Host, req, anywhere)
 	if err != nil {
 		// No answer: what the host did is not known here.
-		err = headed(err, "rbdfence could not check the hot-attach of disk "+a.Target)
+		err = headed(err, fencingUnknown)
 		if _, ferr := e.failOpen(&StartResult{}, err); ferr != nil {
 			return false, ferr
 		}
@@ -182,16 +182,11 @@ func (e *Env) checkAttach(ctx context.Context, a AttachArgs, vm *opennebula.VMIn
 	}
 	e.record(resp, "attach", e.local(anywhere))
 	if !resp.OK {
-		kind := resp.Kind
-		why := trimVMPrefix(a.VM, resp.Error)
-		msg := fmt.Sprintf("rbdfence refused the hot-attach of disk %s, %s: %s", a.Target, fencedNote(resp), why)
-		if kind == outcome.Unavailable || kind == outcome.Usage {
-			msg = fmt.Sprintf("rbdfence could not check the hot-attach of disk %s, %s: %s", a.Target, fencedNote(resp), why)
-			if _, ferr := e.failOpen(&StartResult{}, errorf(kind, a.VM, "%s", msg)); ferr == nil {
-				return false, nil
-			}
+		r := refusal(resp.Kind, a.VM, fencedNote(resp), resp.Brief, "hot-attach of disk "+a.Target+" on "+a.Host+": "+bare(a.VM, resp.Error))
+		if _, ferr := e.failOpen(&StartResult{}, r); ferr == nil {
+			return false, nil
 		}
-		return false, errorf(kind, a.VM, "%s", msg)
+		return false, r
 	}
 	return true, nil
 }

@@ -2,53 +2,74 @@ package frontend
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/rbdfence/rbdfence/internal/audit"
+	"github.com/rbdfence/rbdfence/internal/engine"
 	"github.com/rbdfence/rbdfence/internal/hoststep"
 	"github.com/rbdfence/rbdfence/internal/outcome"
 )
 
 // onedError is what oned keeps of a driver's message in the VM's ERROR:
-// its first 100 characters (src/vm/VirtualMachine.cc:3092-3097 of
-// release-7.4.0).
-func onedError(msg string) string {
-	if len(msg) > 100 {
-		return msg[:100]
+// the first 100 characters of "<ACTION>: <message>" (src/vmm/
+// VirtualMachineManagerProtocol.cc:43-58 and src/vm/VirtualMachine.cc:
+// 3092-3097 of release-7.4.0).
+func onedError(action, msg string) string {
+	s := action + ": " + msg
+	if len(s) > 100 {
+		return s[:100]
 	}
-	return msg
+	return s
 }
 
-// TestStartRefusalHeadline: a refused start's plain line names no "VM
-// <id>: " (oned shows it on the VM), and its first 100 characters say what
-// happened, what was fenced and the host's reason, without the host's own
-// "VM <id>: ".
+// TestStartRefusalHeadline: every refusal of a start (each engine
+// refusal, as a host answers it, a host that gives no answer, a host too
+// old) keeps in oned's ERROR "rbdfence: refused, <what was fenced>: " and
+// the whole brief, what happened and what to run, and names no "VM <id>: ".
 func TestStartRefusalHeadline(t *testing.T) {
 	s := newStub(t, "premigrate", false)
 	res := &StartResult{Host: "node1"}
-	for _, tc := range []struct {
+	c := engine.Claim{Seq: 12, Host: "node2", Source: engine.SourceFrontend}
+	answer := func(kind outcome.Kind, err error) *hoststep.Response {
+		return &hoststep.Response{Op: "start", Kind: kind, Error: err.Error(), Brief: engine.BriefOf(err)}
+	}
+	type row struct {
 		name    string
 		restore bool
 		resp    *hoststep.Response
 		err     error
-		want    string // the start of the line, within oned's 100 characters
-	}{
-		{name: "claimed elsewhere", resp: &hoststep.Response{Op: "start", Kind: outcome.Refused,
-			Error: "VM 42: deploy #3 was claimed by host node2 (10.0.0.2) at 2025-01-02T03:04:05Z, not by node1; refusing a second copy"},
-			want: "rbdfence refused the start, nothing fenced: deploy #3 was claimed by host node2"},
-		{name: "libvirt silent", resp: &hoststep.Response{Op: "start", Kind: outcome.Unavailable,
-			Error: "VM 42: cannot tell whether one-42 still runs on node1: libvirt did not answer (timeout); not fencing its recorded instance"},
-			want: "rbdfence could not check the start, nothing fenced: cannot tell whether one-42 still runs on node1"},
-		{name: "restore refused", restore: true, resp: &hoststep.Response{Op: "start", Kind: outcome.Refused,
-			Error: "VM 42: domain one-42 is already running on host node1; not fencing it and not starting a second copy"},
-			want: "rbdfence refused the restore, nothing fenced: domain one-42 is already running on host node1"},
-		{name: "no answer", err: errorf(outcome.Unavailable, 42, "the start step on host node1 did not answer within timeouts.ssh + timeouts.total (35s)"),
-			want: "rbdfence could not check the start: the start step on host node1 did not answer within"},
-		{name: "skew", err: skewError(42, "start", &hoststep.SkewError{Host: "node1",
-			Why: "its libvirt hook /usr/lib/rbdfence/bin/rbdfence-hook (0300e58) reads claim format 1, older than claim format 2", Fix: "upgrade"}, nil),
-			want: "rbdfence refused the start, nothing fenced: host node1's libvirt hook /usr/lib/rbdfence/bin/rbdfence"},
+		want    string // what oned's ERROR must hold, after "DEPLOY: "
+	}
+	var rows []row
+	for _, e := range []error{
+		&engine.ClaimHeldError{VM: 42, Holder: "host=node2"},
+		&engine.NewerDeployError{VM: 42, Ours: 11, Recorded: c},
+		&engine.UnknownDeployError{VM: 42, Ours: 13, Recorded: c},
+		&engine.ClaimedElsewhereError{VM: 42, Host: "node1", Recorded: c},
+		&engine.AlreadyRunningError{VM: 42, Host: "node1", Domain: "one-42", State: "running"},
+		&engine.DomainUnknownError{VM: 42, Host: "node1", Domain: "one-42", Said: "did not answer (timeout)"},
+		&engine.MigrationOpenError{VM: 42, Host: "node1", Recorded: engine.Claim{Seq: 12, Host: "node2", Window: &engine.Window{Src: "node2", Dst: "node3", Seq: 12}}},
+		&engine.UnknownClaimError{VM: 42, Recorded: c},
+		&engine.OtherVMError{VM: 42, Recorded: c},
+		&engine.LeaseHeldError{Object: "one/rbdfence.claim.42", Holder: "x"},
 	} {
+		rows = append(rows, row{name: fmt.Sprintf("%T", e), resp: answer(outcome.Refused, e), want: "rbdfence: refused, nothing fenced: " + engine.BriefOf(e)})
+	}
+	rows = append(rows,
+		row{name: "restore refused", restore: true, resp: answer(outcome.Refused, &engine.AlreadyRunningError{VM: 42, Host: "node1", Domain: "one-42", State: "running"}),
+			want: "rbdfence: refused, nothing fenced: runs on node1 already; use onevm recover --success"},
+		row{name: "incomplete fence", resp: &hoststep.Response{Op: "start", Kind: outcome.Failure, Error: (&engine.IncompleteError{Problems: []string{"x"}}).Error(),
+			Brief: (&engine.IncompleteError{Problems: []string{"x"}}).Brief(), Audit: []audit.Record{{Result: "ok"}}},
+			want: "rbdfence: refused, 1 client fenced: fence incomplete (1 problems); see the VM log"},
+		row{name: "no answer", err: briefErrorf(outcome.Unavailable, 42, "node1 did not answer in 35s; retry", "the start step on host node1 did not answer within timeouts.ssh + timeouts.total (35s)"),
+			want: "rbdfence: refused, fencing unknown: node1 did not answer in 35s; retry"},
+		row{name: "skew", err: skewError(42, "start", &hoststep.SkewError{Host: "node1",
+			Why: "its libvirt hook /usr/lib/rbdfence/bin/rbdfence-hook (0300e58) reads claim format 1, older than claim format 2", Fix: "upgrade"}, nil),
+			want: "rbdfence: refused, nothing fenced: node1's rbdfence is too old; upgrade, onehost sync"},
+	)
+	for _, tc := range rows {
 		t.Run(tc.name, func(t *testing.T) {
 			req := &hoststep.Request{Op: hoststep.OpStart, VM: 42, Host: "node1", Restore: tc.restore}
 			_, err := s.env.finishStart(res, req, tc.resp, tc.err)
@@ -56,8 +77,13 @@ func TestStartRefusalHeadline(t *testing.T) {
 			if !errors.As(err, &fe) {
 				t.Fatalf("error %v, want a refusal", err)
 			}
-			if len(tc.want) > 100 || !strings.HasPrefix(onedError(fe.Msg), tc.want) || strings.Contains(fe.Msg, "VM 42: ") {
-				t.Fatalf("plain line %q\nwant it to start with %q (and no \"VM 42: \")", fe.Msg, tc.want)
+			action := "DEPLOY"
+			if tc.restore {
+				action = "RESTORE"
+			}
+			if shown := onedError(action, fe.Msg); !strings.HasPrefix(shown, action+": "+tc.want) || strings.Contains(fe.Msg, "VM 42: ") ||
+				strings.Count(fe.Msg, "refused") > 1 {
+				t.Fatalf("oned's ERROR %q\nwant it to start with %q (and no \"VM 42: \", one \"refused\")\nline: %s", shown, action+": "+tc.want, fe.Msg)
 			}
 		})
 	}
@@ -83,12 +109,12 @@ func TestFencedNote(t *testing.T) {
 
 // TestHeaded: a headline goes before a message that has none, once.
 func TestHeaded(t *testing.T) {
-	err := headed(errorf(outcome.Unavailable, 42, "ssh to host node1 failed"), "rbdfence could not check the start")
+	err := headed(briefErrorf(outcome.Unavailable, 42, "ssh to node1 failed; fix ssh, then retry", "ssh to host node1 failed"), fencingUnknown)
 	var fe *Error
-	if !errors.As(err, &fe) || fe.Msg != "rbdfence could not check the start: ssh to host node1 failed" || fe.Kind != outcome.Unavailable {
+	if !errors.As(err, &fe) || fe.Msg != "rbdfence: refused, fencing unknown: ssh to node1 failed; fix ssh, then retry | ssh to host node1 failed" || fe.Kind != outcome.Unavailable {
 		t.Fatalf("%v", err)
 	}
-	if again := headed(err, "rbdfence could not check the start"); again.Error() != err.Error() {
+	if again := headed(err, fencingUnknown); again.Error() != err.Error() {
 		t.Fatalf("headed twice: %v", again)
 	}
 	plain := errors.New("x")

@@ -10,15 +10,24 @@ import (
 
 // Error is a front-end failure. Msg is one line meant for the VM's ERROR
 // attribute: it says what happened and what to do, and holds no secrets.
-// oned keeps only its first 100 characters there (src/vm/VirtualMachine.cc:
-// 3092-3097 of release-7.4.0; the whole line is in the VM log) and shows it
-// on the VM already, so Msg names no "VM <id>: " and a refusal starts with
-// what happened and what was fenced ("rbdfence refused the start, nothing
-// fenced: ..."), the reason after it.
+// oned keeps only the first 100 characters of "DEPLOY: " (MIGRATE,
+// RESTORE, ATTACHDISK) and the line there (src/vmm/
+// VirtualMachineManagerProtocol.cc:43-58, src/vm/VirtualMachine.cc:
+// 3092-3097 of release-7.4.0; the whole line is in the VM log) and shows
+// it on the VM already, so Msg names no "VM <id>: ", and a refusal's line
+// is "rbdfence: refused, nothing fenced: <brief> | <the whole reason>"
+// (refusal): its brief says in few words what happened and what to run.
 type Error struct {
 	Kind outcome.Kind
 	VM   int // -1 when unknown
 	Msg  string
+	// Brief is what happened and what to run in few words
+	// (engine.Briefer), for a refusal's headline; "" when the message
+	// starts with it.
+	Brief string
+	// Fenced is what the error knows was fenced, for headed ("nothing
+	// fenced": the host binary could not start); "" leaves it to the caller.
+	Fenced string
 	// Final: fence.fail_open never passes it, whatever its kind (a host
 	// whose hook would misread the claim: hoststep.SkewError).
 	Final bool
@@ -34,19 +43,56 @@ func errorf(kind outcome.Kind, vm int, format string, a ...any) *Error {
 	return &Error{Kind: kind, VM: vm, Msg: oneLine(fmt.Sprintf(format, a...))}
 }
 
-// headed puts head before the message of a *Error that has no headline of
-// its own yet (one that starts with "rbdfence "): "rbdfence could not
-// check the start: " + what went wrong. Other errors are returned as they
-// are.
-func headed(err error, head string) error {
+// briefErrorf is errorf with a brief for the headline refusal puts on it.
+func briefErrorf(kind outcome.Kind, vm int, brief, format string, a ...any) *Error {
+	e := errorf(kind, vm, format, a...)
+	e.Brief = brief
+	return e
+}
+
+// Headline starts every refusal's line.
+const Headline = "rbdfence: refused, "
+
+// refusal is the *Error of a step that did not let the action go on:
+// "rbdfence: refused, <fenced>: <brief> | <detail>", or without the brief
+// "rbdfence: refused, <fenced>: <detail>". fenced says what was fenced
+// (fencedNote; "fencing unknown" when no answer says). The detail loses a
+// host's "VM <vm>: " and "refused, nothing fenced: ", which the headline
+// says already.
+func refusal(kind outcome.Kind, vm int, fenced, brief, detail string) *Error {
+	detail = bare(vm, detail)
+	msg := Headline + fenced + ": " + detail
+	if brief != "" {
+		msg = Headline + fenced + ": " + brief + " | " + detail
+	}
+	return &Error{Kind: kind, VM: vm, Msg: oneLine(msg), Brief: brief}
+}
+
+// bare is a host's reason without what a refusal's headline says already:
+// a leading "VM <vm>: " and "refused, nothing fenced: ".
+func bare(vm int, msg string) string {
+	return strings.TrimPrefix(trimVMPrefix(vm, msg), "refused, nothing fenced: ")
+}
+
+// headed is refusal of a *Error that has no headline yet (no answer from a
+// host, oned unreadable): fenced says what was fenced. Other errors, and
+// one that has its headline, are returned as they are.
+func headed(err error, fenced string) error {
 	fe, ok := err.(*Error)
-	if !ok || strings.HasPrefix(fe.Msg, "rbdfence ") {
+	if !ok || strings.HasPrefix(fe.Msg, Headline) {
 		return err
 	}
-	c := *fe
-	c.Msg = oneLine(head + ": " + fe.Msg)
-	return &c
+	if fe.Fenced != "" {
+		fenced = fe.Fenced
+	}
+	r := refusal(fe.Kind, fe.VM, fenced, fe.Brief, fe.Msg)
+	r.Final = fe.Final
+	return r
 }
+
+// fencingUnknown is the fenced note of a step that gave no answer: the
+// host may have fenced before it went silent.
+const fencingUnknown = "fencing unknown"
 
 // fencedClients counts the clients a host step's answer reports fenced
 // (its audit records that succeeded; a failed step reports what it fenced

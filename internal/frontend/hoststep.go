@@ -163,11 +163,11 @@ func (e *Env) HostVersions(ctx context.Context, vm int, host string) (*hoststep.
 }
 
 // skewError is a *SkewError as the driver reports it: exit 3, one line,
-// final (fence.fail_open does not pass it): "rbdfence refused the
-// migration, nothing fenced: host node2's libvirt hook ... reads claim
-// format 1, ...; fix: ...". resp is the start host's answer that came with
-// it (nil: none; a host that admitted with versions that say otherwise
-// may have fenced).
+// final (fence.fail_open does not pass it): "rbdfence: refused, nothing
+// fenced: node2's rbdfence is too old; upgrade, onehost sync | migration:
+// host node2's libvirt hook ... reads claim format 1, ...; fix: ...". resp
+// is the start host's answer that came with it (nil: none; a host that
+// admitted with versions that say otherwise may have fenced).
 func skewError(vm int, what string, err error, resp *hoststep.Response) error {
 	why := err.Error()
 	var se *hoststep.SkewError
@@ -176,7 +176,7 @@ func skewError(vm int, what string, err error, resp *hoststep.Response) error {
 			why = fmt.Sprintf("host %s's %s; fix: %s", se.Host, w, se.Fix)
 		}
 	}
-	fe := errorf(outcome.Unavailable, vm, "rbdfence refused the %s, %s: %s", what, fencedNote(resp), why)
+	fe := refusal(outcome.Unavailable, vm, fencedNote(resp), engine.BriefOf(err), what+": "+why)
 	fe.Final = true
 	return fe
 }
@@ -197,18 +197,29 @@ func startWhat(req *hoststep.Request) string {
 func (e *Env) noAnswer(ctx context.Context, req *hoststep.Request, host, where string, pl placement, code int, rerr error, timeout time.Duration, why string) error {
 	switch {
 	case errors.Is(rerr, errTimeout):
-		return errorf(outcome.Unavailable, req.VM, "the %s step on %s did not answer within timeouts.ssh + timeouts.total (%s)", req.Op, where, timeout)
+		return briefErrorf(outcome.Unavailable, req.VM, fmt.Sprintf("%s did not answer in %s; retry", host, timeout),
+			"the %s step on %s did not answer within timeouts.ssh + timeouts.total (%s)", req.Op, where, timeout)
 	case rerr != nil:
-		return errorf(outcome.Unavailable, req.VM, "cannot run the %s step on %s: %v", req.Op, where, rerr)
+		return briefErrorf(outcome.Unavailable, req.VM, "cannot run the step on "+host+"; see the VM log",
+			"cannot run the %s step on %s: %v", req.Op, where, rerr)
 	case !e.local(pl) && code == 255:
-		return errorf(outcome.Unavailable, req.VM, "ssh to host %s failed for the %s step: %s", host, req.Op, orDash(why))
+		return briefErrorf(outcome.Unavailable, req.VM, "ssh to "+host+" failed; fix ssh, then retry",
+			"ssh to host %s failed for the %s step: %s", host, req.Op, orDash(why))
 	case !e.local(pl) && cannotStart(code, why):
-		return e.incompatible(ctx, req.VM, host, why)
+		return nothingRan(e.incompatible(ctx, req.VM, host, why))
 	case code == 126 || code == 127:
-		return errorf(outcome.Unavailable, req.VM, "the rbdfence host binary %s cannot run on %s (exit %d: %s); install it and run 'onehost sync --force'",
-			argv0(e, pl), where, code, orDash(why))
+		return nothingRan(briefErrorf(outcome.Unavailable, req.VM, "rbdfence cannot run on "+host+"; onehost sync --force",
+			"the rbdfence host binary %s cannot run on %s (exit %d: %s); install it and run 'onehost sync --force'",
+			argv0(e, pl), where, code, orDash(why)))
 	}
-	return errorf(outcome.Unavailable, req.VM, "the %s step on %s gave no valid answer (exit %d): %s", req.Op, where, code, orDash(why))
+	return briefErrorf(outcome.Unavailable, req.VM, host+" gave no valid answer; see the VM log",
+		"the %s step on %s gave no valid answer (exit %d): %s", req.Op, where, code, orDash(why))
+}
+
+// nothingRan marks fe as the error of a host binary that did not start.
+func nothingRan(fe *Error) *Error {
+	fe.Fenced = "nothing fenced"
+	return fe
 }
 
 // hostCommand is the host step's command line on a host (hostArgv). The

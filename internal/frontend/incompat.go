@@ -235,7 +235,7 @@ func (e *Env) incompatible(ctx context.Context, vm int, host, why string) *Error
 	if probed && has.absent {
 		// Not the platform: the binary is not there to start (127, the
 		// shell's "not found") or has lost its mode (126).
-		return errorf(outcome.Unavailable, vm, "host %s has no runnable rbdfence host binary %s (%s); fix: run 'onehost sync --force' as oneadmin on the front-end (it copies the host binary to %s), or install the rbdfence and rbdfence-host packages on %s",
+		return briefErrorf(outcome.Unavailable, vm, "no rbdfence on "+host+"; run onehost sync --force", "host %s has no runnable rbdfence host binary %s (%s); fix: run 'onehost sync --force' as oneadmin on the front-end (it copies the host binary to %s), or install the rbdfence and rbdfence-host packages on %s",
 			host, has.ran, orDash(why), host, host)
 	}
 	msg := fmt.Sprintf("host %s cannot start rbdfence's host binary %s (%s)", host, has.ran, loaderReason(why))
@@ -268,7 +268,7 @@ func (e *Env) incompatible(ctx context.Context, vm int, host, why string) *Error
 	default:
 		fix = fmt.Sprintf("install the rbdfence and rbdfence-host packages built for %s on %s: the host step then runs its %s instead of the synced binary (README: Host platforms)", built, host, orPath(o.HostPackageBinary))
 	}
-	return errorf(outcome.Unavailable, vm, "%s; fix: %s", msg, fix)
+	return briefErrorf(outcome.Unavailable, vm, "rbdfence cannot start on "+host+"; fix in the VM log", "%s; fix: %s", msg, fix)
 }
 
 func orPath(p string) string {

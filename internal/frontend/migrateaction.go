@@ -144,8 +144,9 @@ func MigrateVMM(ctx context.Context, e *Env, self string, args []string, stdinR 
 		if m.window != nil {
 			until = " until " + m.window.Expires.UTC().Format(time.RFC3339)
 		}
-		return errorf(outcome.Unavailable, a.VM, "rbdfence cannot tell whether the migration %s -> %s still runs, nothing fenced: %s; the handover window stays open%s (a later start of the VM fences whatever is not it); see where one-%d runs with virsh list --all on both hosts and virsh domjobinfo one-%d on %s",
-			a.Src, a.Dst, unknown, until, a.VM, a.VM, a.Src)
+		return refusal(outcome.Unavailable, a.VM, "nothing fenced", "migration may still run; see virsh domjobinfo",
+			fmt.Sprintf("cannot tell whether the migration %s -> %s still runs: %s; the handover window stays open%s (a later start of the VM fences whatever is not it); see where one-%d runs with virsh list --all on both hosts and virsh domjobinfo one-%d on %s",
+				a.Src, a.Dst, unknown, until, a.VM, a.VM, a.Src))
 	}
 	if runErr == nil && code == 0 {
 		if m != nil {

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -61,9 +62,8 @@ func (m *migration) noteProtocol(host string, v *hoststep.Versions) {
 // the destination cannot be reached), records audit and events, and
 // returns a *Error when the step did not succeed. A premigrate's error is
 // the migration's refusal (nothing is fenced before the window opens):
-// "rbdfence refused the migration, nothing fenced: ..." when a host says
-// no, "rbdfence could not prepare the migration, nothing fenced: ..." when
-// it could not be asked or could not do it.
+// "rbdfence: refused, nothing fenced: <brief> | premigrate node1 -> node2
+// on node1: ..." (refusal), also when the host could not be asked.
 func (e *Env) step(ctx context.Context, m *migration, op string) error {
 	a := m.a
 	host, pl := a.Dst, onHost
@@ -81,7 +81,7 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 		// front-end's claim format.
 		v, err := e.requireVersions(ctx, a.VM, a.Dst, "migration")
 		if err != nil {
-			return headed(err, "rbdfence could not prepare the migration, nothing fenced")
+			return headed(err, "nothing fenced")
 		}
 		m.noteProtocol(a.Dst, v)
 	case hoststep.OpFailmigrate:
@@ -106,7 +106,7 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 	}
 	if err != nil {
 		if op == hoststep.OpPremigrate {
-			return headed(err, "rbdfence could not prepare the migration, nothing fenced")
+			return headed(err, "nothing fenced")
 		}
 		return err
 	}
@@ -115,15 +115,12 @@ func (e *Env) step(ctx context.Context, m *migration, op string) error {
 	}
 	if !resp.OK {
 		e.record(resp, op, e.local(pl))
-		why := trimVMPrefix(a.VM, resp.Error)
 		if op == hoststep.OpPremigrate {
-			head := "rbdfence refused the migration"
-			if resp.Kind == outcome.Unavailable || resp.Kind == outcome.Usage {
-				head = "rbdfence could not prepare the migration"
-			}
-			return errorf(resp.Kind, a.VM, "%s, %s: premigrate on %s: %s", head, fencedNote(resp), host, why)
+			return refusal(resp.Kind, a.VM, fencedNote(resp), resp.Brief, fmt.Sprintf("premigrate on %s: %s", host, bare(a.VM, resp.Error)))
 		}
-		return errorf(resp.Kind, a.VM, "rbdfence %s (%s -> %s) failed: %s", op, a.Src, a.Dst, why)
+		// After the migration: logged beside its outcome, not the action's
+		// error (migrate's exit is the migration's own).
+		return errorf(resp.Kind, a.VM, "rbdfence %s (%s -> %s) failed: %s", op, a.Src, a.Dst, trimVMPrefix(a.VM, resp.Error))
 	}
 	defer e.record(resp, op, e.local(pl))
 	switch op {
@@ -192,8 +189,9 @@ func (e *Env) failmigrateProtocol(ctx context.Context, m *migration, host string
 	if p >= hoststep.FailmigrateVersion {
 		return nil
 	}
-	fe := errorf(outcome.Unavailable, m.a.VM, "the migration failed; rbdfence's failmigrate refused, nothing fenced: %s's host step is too old (rbdfence host step protocol %d, older than %d): it would fence the copy there without asking %s whether the migration completed; fix: %s; then see where one-%d runs (virsh list --all on %s and %s) and run onevm recover",
-		host, p, hoststep.FailmigrateVersion, m.a.Src, hoststep.Fix, m.a.VM, m.a.Src, m.a.Dst)
+	fe := refusal(outcome.Unavailable, m.a.VM, "nothing fenced", host+"'s rbdfence is too old; upgrade, onevm recover",
+		fmt.Sprintf("the migration failed; failmigrate: %s's host step is too old (rbdfence host step protocol %d, older than %d): it would fence the copy there without asking %s whether the migration completed; fix: %s; then see where one-%d runs (virsh list --all on %s and %s) and run onevm recover",
+			host, p, hoststep.FailmigrateVersion, m.a.Src, hoststep.Fix, m.a.VM, m.a.Src, m.a.Dst))
 	fe.Final = true
 	return fe
 }

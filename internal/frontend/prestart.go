@@ -59,7 +59,8 @@ func (e *Env) readVM(ctx context.Context, id int) (*opennebula.VMInfo, error) {
 	o := e.Cfg.OpenNebula
 	client, err := opennebula.New(o.Endpoint, o.AuthFile, time.Duration(e.Cfg.Timeouts.Oned))
 	if err != nil {
-		return nil, errorf(outcome.Usage, id, "cannot read the VM from oned: %v (check opennebula.endpoint and opennebula.auth_file)", err)
+		return nil, briefErrorf(outcome.Usage, id, "oned unreadable; check opennebula.endpoint",
+			"cannot read the VM from oned: %v (check opennebula.endpoint and opennebula.auth_file)", err)
 	}
 	octx, cancel := context.WithTimeout(ctx, time.Duration(e.Cfg.Timeouts.Oned))
 	defer cancel()
@@ -112,7 +113,7 @@ func (e *Env) prepareStart(ctx context.Context, in StartInput) (*StartResult, *h
 	vm, err := e.readVM(ctx, in.VM)
 	if err != nil {
 		// No host was asked: nothing was fenced.
-		res, err = e.failOpen(res, headed(err, "rbdfence could not check the "+startWhatIn(in)+", nothing fenced"))
+		res, err = e.failOpen(res, headed(err, "nothing fenced"))
 		return res, nil, err
 	}
 	res.VM = vm
@@ -168,7 +169,7 @@ func identify(req *hoststep.Request, vm *opennebula.VMInfo) {
 func (e *Env) finishStart(res *StartResult, req *hoststep.Request, resp *hoststep.Response, err error) (*StartResult, error) {
 	if err != nil {
 		// No answer: what the host did is not known here.
-		return e.failOpen(res, headed(err, "rbdfence could not check the "+startWhat(req)))
+		return e.failOpen(res, headed(err, fencingUnknown))
 	}
 	res.Response = resp
 	if resp.OK {
@@ -176,12 +177,7 @@ func (e *Env) finishStart(res *StartResult, req *hoststep.Request, resp *hostste
 	}
 	e.record(resp, "prestart", e.local(anywhere))
 	if !resp.OK {
-		kind := resp.Kind
-		head := "rbdfence refused the "
-		if kind == outcome.Unavailable || kind == outcome.Usage {
-			head = "rbdfence could not check the "
-		}
-		return e.failOpen(res, errorf(kind, req.VM, "%s%s, %s: %s", head, startWhat(req), fencedNote(resp), trimVMPrefix(req.VM, resp.Error)))
+		return e.failOpen(res, refusal(resp.Kind, req.VM, fencedNote(resp), resp.Brief, startWhat(req)+" on "+req.Host+": "+bare(req.VM, resp.Error)))
 	}
 	return res, nil
 }

@@ -289,7 +289,7 @@ func TestOneSession(t *testing.T) {
 			if tc.wantSkew != "" {
 				var fe *Error
 				if !errors.As(err, &fe) || fe.Kind != outcome.Unavailable || !fe.Final || !strings.Contains(fe.Msg, tc.wantSkew) ||
-					!strings.HasPrefix(fe.Msg, "rbdfence refused the start, nothing fenced: host node1's ") || !strings.Contains(fe.Msg, "; fix: upgrade the rbdfence and rbdfence-host packages on node1") {
+					!strings.HasPrefix(fe.Msg, "rbdfence: refused, nothing fenced: node1's rbdfence is too old; upgrade, onehost sync | start: host node1's ") || !strings.Contains(fe.Msg, "; fix: upgrade the rbdfence and rbdfence-host packages on node1") {
 					t.Errorf("error %v, want the refusal with the fix", err)
 				}
 			} else if tc.wantErr {

@@ -113,7 +113,7 @@ func TestHostStepOldHostStart(t *testing.T) {
 		}
 		_, err := s.env.hostStep(t.Context(), "node1", req, onHost)
 		var fe *Error
-		if !errors.As(err, &fe) || fe.Kind != outcome.Unavailable || !fe.Final || !strings.HasPrefix(fe.Msg, "rbdfence refused the start, nothing fenced: host node1's rbdfence host step reports no versions") ||
+		if !errors.As(err, &fe) || fe.Kind != outcome.Unavailable || !fe.Final || !strings.HasPrefix(fe.Msg, "rbdfence: refused, nothing fenced: node1's rbdfence is too old; upgrade, onehost sync | start: host node1's rbdfence host step reports no versions") ||
 			!strings.Contains(fe.Msg, "fix: upgrade the rbdfence and rbdfence-host packages on node1") {
 			t.Errorf("%s: %v", tc.name, err)
 		}

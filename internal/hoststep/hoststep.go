@@ -219,11 +219,15 @@ func (r *Request) Validate() error {
 type Response struct {
 	// Version is the host's protocol version as its peer reads it: absent
 	// in the answer to a version 1 request (see Reply).
-	Version  int            `json:"version,omitempty"`
-	OK       bool           `json:"ok"`
-	Op       string         `json:"op"`
-	Kind     outcome.Kind   `json:"kind,omitempty"` // how a failed step ended (internal/outcome)
-	Error    string         `json:"error,omitempty"`
+	Version int          `json:"version,omitempty"`
+	OK      bool         `json:"ok"`
+	Op      string       `json:"op"`
+	Kind    outcome.Kind `json:"kind,omitempty"` // how a failed step ended (internal/outcome)
+	Error   string       `json:"error,omitempty"`
+	// Brief is the failure in few words, what happened and what to run
+	// (engine.Briefer), for the part of the message oned keeps in the
+	// VM's ERROR; absent from older hosts and when the error has none.
+	Brief    string         `json:"brief,omitempty"`
 	Handover bool           `json:"handover,omitempty"`
 	Claim    *engine.Claim  `json:"claim,omitempty"`
 	Report   *engine.Report `json:"report,omitempty"`

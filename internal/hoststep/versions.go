@@ -109,6 +109,11 @@ func (e *SkewError) Error() string {
 	return fmt.Sprintf("host %s: %s; fix: %s", e.Host, e.Why, e.Fix)
 }
 
+// Brief: engine.Briefer.
+func (e *SkewError) Brief() string {
+	return fmt.Sprintf("%s's rbdfence is too old; upgrade, onehost sync", e.Host)
+}
+
 // Outcome: the start cannot be checked safely on that host yet.
 func (e *SkewError) Outcome() outcome.Kind { return outcome.Unavailable }
 

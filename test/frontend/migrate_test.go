@@ -256,7 +256,7 @@ func TestPremigrateFailureAbortsMigration(t *testing.T) {
 	vm, specs := f.vmWithCeph(a.Name, f.hs.BridgeIP+":6999", f.keyFile())
 	f.migrating(vm, 0, a.Name, b.Name, specs)
 	r, _ := f.migrateRun(vm, a.Name, b.Name)
-	if r.code != 3 || len(r.plainLines()) != 1 || !strings.HasPrefix(r.plainLines()[0], "rbdfence could not prepare the migration, nothing fenced: premigrate on "+a.Name+": ") ||
+	if r.code != 3 || len(r.plainLines()) != 1 || !strings.HasPrefix(r.plainLines()[0], "rbdfence: refused, nothing fenced: ") ||
 		!strings.Contains(r.plainLines()[0], "the migration was not started") {
 		t.Fatalf("exit %d, want 3 with one plain line:\n%s", r.code, r.stderr)
 	}

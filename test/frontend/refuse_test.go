@@ -74,7 +74,7 @@ func TestRefusals(t *testing.T) {
 	t.Run("ceph unreachable", func(t *testing.T) {
 		vm, specs := f.vmWithCeph(a.Name, f.hs.BridgeIP+":6999", f.ceph.Keyring)
 		r := f.deployVM(vm, 0, a.Name, specs)
-		wantRefused(t, f, r, 3, "rbdfence could not check the start, nothing fenced: ")
+		wantRefused(t, f, r, 3, "rbdfence: refused, nothing fenced: ")
 		// host.yaml: timeouts.connect 5s; the whole refusal stays well
 		// within the front-end's timeouts.total (90s).
 		if r.took > 30*time.Second {
@@ -92,7 +92,7 @@ func TestRefusals(t *testing.T) {
 		vm, specs := f.vmWithCeph(a.Name, f.ceph.Mon, bad)
 		f.createImage(specs[0].image)
 		r := f.deployVM(vm, 0, a.Name, specs)
-		wantRefused(t, f, r, 3, "rbdfence could not check the start, nothing fenced: ")
+		wantRefused(t, f, r, 3, "rbdfence: refused, nothing fenced: ")
 		if strings.Contains(r.stderr, strings.TrimSpace(string(key))) {
 			t.Fatal("the key is in the error output")
 		}
@@ -121,9 +121,10 @@ func TestRefusals(t *testing.T) {
 		if r.code != 4 || len(r.plainLines()) != 1 || !strings.Contains(r.plainLines()[0], "claimed by host "+b.Name) {
 			t.Fatalf("exit %d, want 4 and one line naming %s:\n%s", r.code, b.Name, r.stderr)
 		}
-		// What oned keeps of it (its first 100 characters) says it all.
-		if l := r.plainLines()[0]; !strings.HasPrefix(l[:min(len(l), 100)], "rbdfence refused the start, nothing fenced: deploy #5 was claimed by host "+b.Name) {
-			t.Errorf("the refusal's first 100 characters: %q", l[:min(len(l), 100)])
+		// What oned keeps of it (the first 100 characters of "DEPLOY: " and
+		// the line) says it all.
+		if l := "DEPLOY: " + r.plainLines()[0]; !strings.HasPrefix(l[:min(len(l), 100)], "DEPLOY: rbdfence: refused, nothing fenced: deploy #5 claimed by "+b.Name+"; rbdfence claim show") {
+			t.Errorf("what oned keeps of the refusal: %q", l[:min(len(l), 100)])
 		}
 		// An older deploy (#4) is refused too: never fence a newer instance.
 		r = f.deployVM(vm, 4, a.Name, specs)

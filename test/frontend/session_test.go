@@ -32,7 +32,7 @@ func TestSessionStartOnlyWhileWaited(t *testing.T) {
 	vm, specs := f.newVM(a.Name, 0, "persistent")
 	r := f.deployVM(vm, 0, a.Name, specs)
 	f.waitSessionGone()
-	wantRefused(t, f, r, 3, "rbdfence could not check the start: ", "did not answer within")
+	wantRefused(t, f, r, 3, "rbdfence: refused, fencing unknown: ", "did not answer in", "did not answer within")
 	if r.took > 40*time.Second {
 		t.Errorf("the refusal took %s", r.took)
 	}

@@ -22,7 +22,7 @@ func TestSSHHopFails(t *testing.T) {
 	vm, specs := f.newVM(dead, 0, "persistent")
 
 	r := f.deployVM(vm, 0, dead, specs)
-	wantRefused(t, f, r, 3, "rbdfence could not check the start: ssh to host "+dead+" failed")
+	wantRefused(t, f, r, 3, "rbdfence: refused, fencing unknown: ssh to "+dead+" failed; fix ssh, then retry | ssh to host "+dead+" failed")
 	if r.took > 30*time.Second {
 		t.Fatalf("refusal took %s", r.took)
 	}

@@ -154,7 +154,7 @@ func TestStartBesideOldHook(t *testing.T) {
 			vm, v, _ := r.newVM(old)
 			args, stdin := deployment(r.rig, vm, old, fmt.Sprintf("one/one-%d", vm), r.ceph.Mon)
 			res := runBin(t, r.cfg, testenv.Bin(t, "deploy-rbdfence"), stdin, args...)
-			want := fmt.Sprintf("rbdfence refused the start, nothing fenced: host rbdf-oldhook's libvirt hook /etc/libvirt/hooks/rbdfence-hook (%s) reads claim format 1, older than claim format %d; "+
+			want := fmt.Sprintf("rbdfence: refused, nothing fenced: rbdf-oldhook's rbdfence is too old; upgrade, onehost sync | start: host rbdf-oldhook's libvirt hook /etc/libvirt/hooks/rbdfence-hook (%s) reads claim format 1, older than claim format %d; "+
 				"fix: run this release's 'install.sh host' on rbdf-oldhook (its hook is /etc/libvirt/hooks/rbdfence-hook), and run 'onehost sync --force' as oneadmin on the front-end",
 				oldRev, engine.ClaimFormat)
 			if p := res.plain(); res.code != 3 || len(p) != 1 || p[0] != want {
@@ -174,7 +174,7 @@ func TestStartBesideOldHook(t *testing.T) {
 			}
 			action := fmt.Sprintf("<VMM_DRIVER_ACTION_DATA><HOST>%s</HOST><MIGR_HOST>%s</MIGR_HOST><DEPLOY_ID>one-%d</DEPLOY_ID>%s</VMM_DRIVER_ACTION_DATA>", cur.name, old.name, vm, v.XML())
 			res = runBin(t, r.cfg, testenv.Bin(t, "migrate-rbdfence"), b64(action), fmt.Sprintf("one-%d", vm), old.name, cur.name, fmt.Sprint(vm), cur.name)
-			want = fmt.Sprintf("rbdfence refused the migration, nothing fenced: host rbdf-oldhook's libvirt hook /etc/libvirt/hooks/rbdfence-hook (%s) reads claim format 1", oldRev)
+			want = fmt.Sprintf("rbdfence: refused, nothing fenced: rbdf-oldhook's rbdfence is too old; upgrade, onehost sync | migration: host rbdf-oldhook's libvirt hook /etc/libvirt/hooks/rbdfence-hook (%s) reads claim format 1", oldRev)
 			if p := res.plain(); res.code != 3 || len(p) != 1 || !strings.HasPrefix(p[0], want) || !strings.HasSuffix(p[0], "; the migration was not started, the VM keeps running on rbdf-newhook") {
 				t.Fatalf("migration: exit %d, plain lines %q\nwant %q...\nstderr:\n%s", res.code, p, want, res.stderr)
 			}
@@ -226,7 +226,7 @@ func TestPackageBinaryPreferred(t *testing.T) {
 	}
 	os.Remove(pkg)
 	res = runBin(t, cfg, testenv.Bin(t, "deploy-rbdfence"), stdin, args...)
-	want := fmt.Sprintf("rbdfence could not check the start: host rbdf-pkg cannot start rbdfence's host binary %s (exec format error: built for another architecture)", syncedBinary)
+	want := fmt.Sprintf("rbdfence: refused, nothing fenced: rbdfence cannot start on rbdf-pkg; fix in the VM log | start: host rbdf-pkg cannot start rbdfence's host binary %s (exec format error: built for another architecture)", syncedBinary)
 	if p := res.plain(); res.code != 3 || len(p) != 1 || !strings.HasPrefix(p[0], want) {
 		t.Fatalf("without the package's binary: exit %d %q\nwant %q...", res.code, p, want)
 	}
