@@ -180,7 +180,7 @@ func (e *Env) oneSession(ctx context.Context, res *StartResult, req *hoststep.Re
 		perr = fmt.Errorf("answers op %q", resp.Op)
 	}
 	if perr != nil {
-		nerr := errorf(outcome.Unavailable, vm, "the %s step on %s gave no valid answer: %v", req.Op, where, perr)
+		nerr := briefErrorf(outcome.Unavailable, vm, res.Host+" gave no valid answer; see the VM log", "the %s step on %s gave no valid answer: %v", req.Op, where, perr)
 		if _, err := e.finishStart(res, req, nil, nerr); err != nil {
 			return -1, false, err
 		}

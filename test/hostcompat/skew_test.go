@@ -226,7 +226,7 @@ func TestPackageBinaryPreferred(t *testing.T) {
 	}
 	os.Remove(pkg)
 	res = runBin(t, cfg, testenv.Bin(t, "deploy-rbdfence"), stdin, args...)
-	want := fmt.Sprintf("rbdfence: refused, nothing fenced: rbdfence cannot start on rbdf-pkg; fix in the VM log | start: host rbdf-pkg cannot start rbdfence's host binary %s (exec format error: built for another architecture)", syncedBinary)
+	want := fmt.Sprintf("rbdfence: refused, nothing fenced: rbdfence cannot start on rbdf-pkg; fix in the VM log | host rbdf-pkg cannot start rbdfence's host binary %s (exec format error: built for another architecture)", syncedBinary)
 	if p := res.plain(); res.code != 3 || len(p) != 1 || !strings.HasPrefix(p[0], want) {
 		t.Fatalf("without the package's binary: exit %d %q\nwant %q...", res.code, p, want)
 	}

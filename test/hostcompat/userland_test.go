@@ -76,7 +76,7 @@ func TestOlderUserland(t *testing.T) {
 			args, stdin := deployment(r, vm, h, fmt.Sprintf("one/one-%d", vm), "127.0.0.1:6789")
 			res := runBin(t, cfg, testenv.Bin(t, "deploy-rbdfence"), stdin, args...)
 			p := res.plain()
-			head := fmt.Sprintf("rbdfence: refused, nothing fenced: rbdfence cannot start on rbdf-bullseye; fix in the VM log | start: host rbdf-bullseye cannot start rbdfence's host binary %s (%s", syncedBinary, tc.why)
+			head := fmt.Sprintf("rbdfence: refused, nothing fenced: rbdfence cannot start on rbdf-bullseye; fix in the VM log | host rbdf-bullseye cannot start rbdfence's host binary %s (%s", syncedBinary, tc.why)
 			if res.code != 3 || len(p) != 1 || !strings.HasPrefix(p[0], head) || !strings.Contains(p[0], "; "+tc.has+"; ") || !strings.HasSuffix(p[0], fix) {
 				t.Fatalf("exit %d, plain lines %q\nwant one line %q ... %q ... %q\nstderr:\n%s", res.code, p, head, tc.has, fix, res.stderr)
 			}

@@ -90,6 +90,7 @@ type VM struct {
 	State    int          `xml:"STATE"`
 	LCM      int          `xml:"LCM_STATE"`
 	DeployID string       `xml:"DEPLOY_ID"`
+	STime    int64        `xml:"STIME"`
 	Disks    []Disk       `xml:"TEMPLATE>DISK"`
 	User     UserTemplate `xml:"USER_TEMPLATE"`
 	History  []History    `xml:"HISTORY_RECORDS>HISTORY"`
