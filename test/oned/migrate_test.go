@@ -83,8 +83,9 @@ func TestFailedLiveMigrationFencesCopy(t *testing.T) {
 
 // TestRecoverDuringLiveMigration (row "recover --success / --failure"): a
 // live migration hangs in B's libvirtd (a qemu hook of B's holds the
-// incoming domain at `migrate begin` for a while), and while oned shows the
-// VM in MIGRATE the admin decides with `onevm recover`: oned runs no driver
+// incoming domain at `started begin`, its QEMU up and paused, until the
+// test releases it), and while oned shows the VM in MIGRATE the admin
+// decides with `onevm recover`: oned runs no driver
 // for it (src/lcm/LifeCycleActions.cc:1454-1477 of release-7.4.0: --success
 // is the deploy's success, RUNNING on B; --failure its failure, reverted to
 // RUNNING on A) while rbdfence's migrate action goes on. When libvirt lets
@@ -107,13 +108,27 @@ func testRecoverDuringLiveMigration(t *testing.T, s *Stack, how string, code int
 	a, b := s.Hosts[0], s.Hosts[1]
 	vm, img, _ := s.DeployNew(t, "recover-"+how, true, a)
 	id := strconv.Itoa(vm)
+	// A success is held at `started`, not at `migrate` (before the
+	// incoming domain exists): oned's monitoring of B, once recover
+	// --success has put the VM there, must find one-<ID> on B (paused, "starting up" or
+	// "migrating": RUNNING in src/im_mad/remotes/lib/kvm.rb:337-358 of
+	// release-7.4.0); a VM missing from a host's state sync is set POWEROFF
+	// (src/im/InformationManager.cc:504-575), and with SYNC_STATE_VM at
+	// 30 s a hold at `migrate` met a sync on a busy machine. The test
+	// releases the hold as soon as the recover has returned. A failure is
+	// held at `migrate`, whose non-zero exit makes libvirt refuse the
+	// incoming domain (oned has the VM on A, monitored there).
+	at := "started"
+	if code != 0 {
+		at = "migrate"
+	}
 	hold := s.hostFS(b, "etc-libvirt/hooks/qemu.d/90-test-hold-one-"+id)
-	held := hold + ".held"
-	body := fmt.Sprintf("#!/bin/sh\ncat >/dev/null\n[ \"$1\" = one-%d ] && [ \"$2\" = migrate ] && { : > /etc/libvirt/hooks/qemu.d/90-test-hold-one-%d.held; sleep 12; exit %d; }\nexit 0\n", vm, vm, code)
+	held, release := hold+".held", hold+".release"
+	body := fmt.Sprintf("#!/bin/sh\ncat >/dev/null\nh=/etc/libvirt/hooks/qemu.d/90-test-hold-one-%d\n[ \"$1\" = one-%d ] && [ \"$2\" = %s ] && { : > $h.held; n=0; while [ ! -e $h.release ] && [ $n -lt 1200 ]; do sleep 0.1; n=$((n+1)); done; exit %d; }\nexit 0\n", vm, vm, at, code)
 	if err := os.WriteFile(hold, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.Remove(hold); _ = os.Remove(held) })
+	t.Cleanup(func() { _ = os.Remove(hold); _ = os.Remove(held); _ = os.Remove(release) })
 
 	s.One(t, "onevm", "migrate", "--live", id, b.Name)
 	s.WaitVM(t, vm, "in MIGRATE, held by "+b.Name+"'s libvirtd", CmdTimeout, func(v *VM) bool {
@@ -121,6 +136,9 @@ func testRecoverDuringLiveMigration(t *testing.T, s *Stack, how string, code int
 		return v.LCM == LCMMigrate && err == nil
 	})
 	s.One(t, "onevm", "recover", "--"+how, id)
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	want, other := b, a
 	if how == "failure" {
 		want, other = a, b
