@@ -143,6 +143,20 @@ cmd_teardown() {
 			[ -d "$d" ] || continue
 			bash test/ceph/cluster.sh stop --dir "$d" >/dev/null || echo "machine.sh: cluster.sh stop --dir $d failed" >&2
 		done
+		# A test cluster's daemon that its pid file no longer names (seen
+		# once at the start of a gate, after a run killed mid-way): by its
+		# command line, "ceph-osd -c ROOT/<cluster>/ceph.conf ...".
+		local p pids i
+		pids=$(pgrep -f -- "^ceph-(mon|mgr|osd) -c $ROOT/" || true)
+		if [ -n "$pids" ]; then
+			echo "machine.sh: stopping Ceph daemons of $ROOT no pid file names: $(echo $pids)" >&2
+			for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
+			for i in $(seq 1 50); do
+				pgrep -f -- "^ceph-(mon|mgr|osd) -c $ROOT/" >/dev/null || break
+				sleep 0.1
+			done
+			pkill -KILL -f -- "^ceph-(mon|mgr|osd) -c $ROOT/" 2>/dev/null || true
+		fi
 	fi
 	# Then every entry that is new since the snapshot, deepest first. Entries
 	# that existed before are never removed, even if their content changed:

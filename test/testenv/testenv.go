@@ -281,6 +281,25 @@ type Zombie struct {
 	GID    uint64
 	cmd    *exec.Cmd
 	events chan ZombieEvent
+	stderr *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer that a process writes while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // StartZombie runs test/zombie on image in mode "write" or "idle" (extra
@@ -300,12 +319,12 @@ func startZombie(t T, cmd *exec.Cmd) *Zombie {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	z := &Zombie{cmd: cmd, events: make(chan ZombieEvent, 1024)}
+	z := &Zombie{cmd: cmd, events: make(chan ZombieEvent, 1024), stderr: stderr}
 	ready := make(chan ZombieEvent, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -318,9 +337,17 @@ func startZombie(t T, cmd *exec.Cmd) *Zombie {
 				ready <- ev
 				continue
 			}
+			// A full buffer (nobody read for 100 s of writes) loses its
+			// oldest result, never the newest: the write after a fence
+			// is what tests wait for.
 			select {
 			case z.events <- ev:
 			default:
+				select {
+				case <-z.events:
+				default:
+				}
+				z.events <- ev
 			}
 		}
 		close(z.events)
@@ -344,7 +371,15 @@ func (z *Zombie) WaitWrite(t T, ok bool, within time.Duration) ZombieEvent {
 		select {
 		case ev, open := <-z.events:
 			if !open {
-				t.Fatalf("zombie exited before a write with ok=%v", ok)
+				state := "still running"
+				if z.cmd.ProcessState != nil {
+					state = z.cmd.ProcessState.String()
+				} else if err := z.cmd.Wait(); err != nil {
+					state = err.Error()
+				} else {
+					state = "exit 0"
+				}
+				t.Fatalf("zombie %s ended its output (%s) before a write with ok=%v; its stderr:\n%s", z.Addr, state, ok, z.stderr.String())
 			}
 			if ev.Event == "write" && ev.OK == ok {
 				return ev
