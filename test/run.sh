@@ -22,7 +22,7 @@ for v in 7.4.0 6.10.5; do
 done
 snap=$(mktemp /tmp/rbdfence-machine.XXXXXX)
 
-fuzzpid= fuzzlog=
+fuzzpid= fuzzlog= gotestlog=
 finish() {
 	local rc=$?
 	trap - EXIT INT TERM
@@ -33,6 +33,7 @@ finish() {
 		wait "$fuzzpid" 2>/dev/null || true
 	fi
 	[ -z "$fuzzlog" ] || rm -f "$fuzzlog"
+	[ -z "$gotestlog" ] || rm -f "$gotestlog"
 	if [ "${RBDFENCE_TEST_KEEP:-0}" = 1 ]; then
 		echo "run.sh: RBDFENCE_TEST_KEEP=1: test daemons left running under $RBDFENCE_TEST_ROOT (make test-clean stops them)"
 		rm -f "$snap" "$snap.strays"
@@ -71,12 +72,17 @@ fuzzpid=$!
 # the other slot instead of the long ones running last, alone.
 rc=0
 t0=$SECONDS
-$GO test -tags pacific -count=1 -timeout 40m ./test/oned ./test/packaging ./test/frontend ./test/hook ./... || rc=$?
+gotestlog=$(mktemp /tmp/rbdfence-gotest.XXXXXX)
+$GO test -tags pacific -count=1 -timeout 40m ./test/oned ./test/packaging ./test/frontend ./test/hook ./... 2>&1 | tee "$gotestlog" || rc=$?
 t1=$SECONDS
 fuzzrc=0
 wait "$fuzzpid" || fuzzrc=$?
 fuzzpid=
 cat "$fuzzlog"
 echo "run.sh: go test $((t1 - t0)) s, then $((SECONDS - t1)) s more for the fuzz targets"
+# Where the time went: the packages that took longest (two run at a time).
+echo "run.sh: longest packages: $(awk '($1 == "ok" || $1 == "FAIL") && $3 ~ /^[0-9.]+s$/ { sub(/^github.com\/rbdfence\/rbdfence\//, "", $2); print $3 + 0, $2 }' "$gotestlog" |
+	sort -rn | head -6 | awk '{ printf "%s%s %d s", (NR > 1 ? ", " : ""), $2, $1 }')"
+rm -f "$gotestlog"
 [ "$rc" -ne 0 ] || rc=$fuzzrc
 exit "$rc"
