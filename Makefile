@@ -101,3 +101,19 @@ cluster-down:
 
 clean:
 	rm -rf $(BIN) dist
+
+# soak: random lifecycles with faults on the real oned 7.4.0 (test/oned
+# TestSoak alone, host faults on), judged after every step by what QEMU
+# shows; make test runs a short one (10 steps, 2 VMs, seed 1, no host
+# faults). SEED, STEPS, VMS, HOST_FAULTS (0: none); DURATION (e.g. 60m)
+# runs steps until then. A failure prints the seed
+# and its steps: make soak SEED=... STEPS=... replays it.
+SEED ?= 1
+STEPS ?= 40
+VMS ?= 3
+DURATION ?=
+HOST_FAULTS ?= 1
+.PHONY: soak
+soak: deps build
+	RBDFENCE_SOAK_SEED=$(SEED) RBDFENCE_SOAK_STEPS=$(STEPS) RBDFENCE_SOAK_VMS=$(VMS) RBDFENCE_SOAK_DURATION=$(DURATION) RBDFENCE_SOAK_HOST_FAULTS=$(HOST_FAULTS) \
+		$(GO) test -tags $(TAGS) -count=1 -timeout 0 -v -run '^TestSoak$$' ./test/oned; rc=$$?; $(MAKE) --no-print-directory test-clean; exit $$rc
