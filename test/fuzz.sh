@@ -33,10 +33,17 @@ fi
 STALL_SECONDS=${RBDFENCE_FUZZ_STALL_SECONDS:-120}
 BUILD_SECONDS=${RBDFENCE_FUZZ_BUILD_SECONDS:-900}
 
-# progress LOG: the executions of the last progress line of a fuzz run
-# ("fuzz: elapsed: 3s, execs: 12345 (4115/sec), ..."), empty before the
-# first one.
-progress() { grep -oE '^fuzz: elapsed: [0-9]+s, execs: [0-9]+' "$1" | tail -n 1 | awk '{print $NF}'; }
+# PROGRESS: a progress line of a fuzz run, "fuzz: elapsed: 3s, execs: 12345
+# (4115/sec), ...": its elapsed is a Go duration, "1m3s" after a minute
+# (a pattern of "[0-9]+s" alone stopped there and took a busy run for a hang).
+PROGRESS='^fuzz: elapsed: ([0-9]+h)?([0-9]+m)?[0-9]+s, execs: [0-9]+'
+
+# progress LOG: the executions of the last progress line of a fuzz run,
+# empty before the first one.
+progress() { grep -oE "$PROGRESS" "$1" | tail -n 1 | awk '{print $NF}'; }
+
+# seconds D: the seconds of a Go duration of whole seconds (1h2m3s: 3723).
+seconds() { awk -v d="$1" 'BEGIN { s = 0; while (match(d, /^[0-9]+[hms]/)) { n = substr(d, 1, RLENGTH - 1); u = substr(d, RLENGTH, 1); s += n * (u == "h" ? 3600 : u == "m" ? 60 : 1); d = substr(d, RLENGTH + 1) } print s }'; }
 
 # watch PID LOG: wait for the fuzz run PID; kill it when its executions
 # stall (or its build does not end); return its exit status, 124 for a hang.
@@ -119,10 +126,10 @@ while read -r f; do
 			echo "fuzz: ./$dir $fn failed (exit $rc); a failing input is in ./$dir/testdata/fuzz/$fn if one was written" >&2
 			exit 1
 		fi
-		last=$(grep -E '^fuzz: elapsed: [0-9]+s, execs: [0-9]+' "$log" | tail -n 1 || true)
+		last=$(grep -E "$PROGRESS" "$log" | tail -n 1 || true)
 		execs=$(grep -oE 'execs: [0-9]+' <<<"$last" | awk '{print $2}')
-		el=$(grep -oE 'elapsed: [0-9]+s' <<<"$last" | awk '{print $2}')
-		rate=$(awk -v x="${execs:-0}" -v e="${el%s}" 'BEGIN{ if (e > 0) printf "%d", x / e; else print "?" }')
+		el=$(grep -oE 'elapsed: [0-9hms]+' <<<"$last" | awk '{print $2}')
+		rate=$(awk -v x="${execs:-0}" -v e="$(seconds "${el:-0s}")" 'BEGIN{ if (e > 0) printf "%d", x / e; else print "?" }')
 		echo "  ok: ${execs:-?} executions in ${el:-?} of fuzzing (${rate} execs/s), no failure (${secs}s with the build)"
 		n=$((n + 1))
 	done
