@@ -37,8 +37,8 @@ PKGS=(
 )
 
 # DEMO_PKGS: what `make demo` needs (test/demo.sh: a one-node cluster, the
-# zombie and rbdfence built with cgo).
-DEMO_PKGS=(ceph-mon ceph-osd ceph-mgr ceph-common librbd-dev librados-dev gcc libc6-dev)
+# zombie and rbdfence built with cgo: internal/ceph has C++, clients.cpp).
+DEMO_PKGS=(ceph-mon ceph-osd ceph-mgr ceph-common librbd-dev librados-dev gcc g++ libc6-dev)
 MODE=${1:-}
 if [ "$MODE" = --demo ]; then
 	PKGS=("${DEMO_PKGS[@]}")
@@ -94,7 +94,7 @@ fi
 }
 
 if [ "$MODE" = --demo ]; then
-	echo "deps.sh: the demo needs ${#PKGS[@]} packages (a Ceph cluster, librados/librbd, gcc for cgo); installing ${MISSING[*]}" >&2
+	echo "deps.sh: the demo needs ${#PKGS[@]} packages (a Ceph cluster, librados/librbd, gcc and g++ for cgo); installing ${MISSING[*]}" >&2
 else
 	echo "deps.sh: installing ${MISSING[*]}" >&2
 fi
