@@ -37,8 +37,9 @@ PKGS=(
 )
 
 # DEMO_PKGS: what `make demo` needs (test/demo.sh: a one-node cluster, the
-# zombie and rbdfence built with cgo: internal/ceph has C++, clients.cpp).
-DEMO_PKGS=(ceph-mon ceph-osd ceph-mgr ceph-common librbd-dev librados-dev gcc g++ libc6-dev)
+# zombie and rbdfence built with cgo: internal/ceph has C++, clients.cpp, with
+# librados.hpp from libradospp-dev).
+DEMO_PKGS=(ceph-mon ceph-osd ceph-mgr ceph-common librbd-dev librados-dev libradospp-dev gcc g++ libc6-dev)
 MODE=${1:-}
 if [ "$MODE" = --demo ]; then
 	PKGS=("${DEMO_PKGS[@]}")
