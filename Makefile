@@ -62,11 +62,12 @@ model:
 	RBDFENCE_MODEL=large $(GO) test -tags $(TAGS) -count=1 -timeout 90m -run 'TestModel' -v ./internal/engine/
 
 # The demo installs only its own packages (test/deps.sh --demo), not the
-# tests' (OpenNebula's build, libvirt, linters).
+# tests' (OpenNebula's build, libvirt, linters), and builds only the CLI it
+# runs (test/demo.sh builds its zombie), not every binary.
 demo:
 	bash test/deps.sh --demo
-	$(GO) mod download
-	$(MAKE) build
+	@mkdir -p $(BIN)
+	$(GO) build $(GOFLAGS_CGO) -o $(BIN)/ ./cmd/rbdfence
 	bash test/demo.sh
 
 # The OpenNebula story (test/demo-opennebula.sh): every test dependency,
