@@ -84,15 +84,18 @@ demo-opennebula: deps build
 # hold /tmp/rbdfence-machine.lock on a shared machine); it stops what it
 # started (make test-clean) whatever its result. Separate targets: the oned
 # one takes the machine's bridge, namespaces and test ports for about 15 minutes a mode (10 rounds).
+# ONED_TRACE=1 adds, after each mode's rounds, one deploy and one live
+# migration per flavour under perf (where the time goes, per process).
 # docs/PERFORMANCE.md has the figures of both.
 ONED_ROUNDS ?= 10
 ONED_SSH ?= both
+ONED_TRACE ?=
 .PHONY: bench-oned
 bench: deps build
 	$(GO) run -tags $(TAGS) ./test/bench/checkbench
 
 bench-oned: deps build
-	$(GO) run -tags $(TAGS) ./test/bench/onedbench -rounds $(ONED_ROUNDS) -ssh $(ONED_SSH); rc=$$?; $(MAKE) --no-print-directory test-clean; exit $$rc
+	$(GO) run -tags $(TAGS) ./test/bench/onedbench -rounds $(ONED_ROUNDS) -ssh $(ONED_SSH) $(if $(ONED_TRACE),-trace); rc=$$?; $(MAKE) --no-print-directory test-clean; exit $$rc
 
 cluster-up:
 	bash test/ceph/cluster.sh start

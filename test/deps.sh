@@ -34,6 +34,9 @@ PKGS=(
 	rsync genisoimage pciutils libxml2-utils netcat-openbsd
 	# source NAT toward Ceph for the NAT rows of test/oned (hosts.sh nat)
 	nftables
+	# make bench-oned ONED_TRACE=1: the kernel's process tracepoints, read
+	# by perf record (test/bench/onedbench/trace.go)
+	linux-perf
 )
 
 # DEMO_PKGS: what `make demo` needs (test/demo.sh: a one-node cluster, the

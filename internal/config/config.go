@@ -112,6 +112,10 @@ type OpenNebula struct {
 	HostConfig string `yaml:"host_config"`
 	// SSH is the ssh command (and options, split on blanks) used to reach hosts.
 	SSH string `yaml:"ssh"`
+	// SSHPersist is how long rbdfence's own ssh master connection to a
+	// host stays open after its last session, where the user's ssh config
+	// names no ControlPath (0: none, every session its own connection).
+	SSHPersist Duration `yaml:"ssh_persist"`
 	// RemoteDir is OpenNebula's SCRIPTS_REMOTE_DIR: where onehost sync puts
 	// the remotes on hosts (the wrappers run <remote_dir>/vmm/kvm/deploy).
 	RemoteDir string `yaml:"remote_dir"`
@@ -174,7 +178,8 @@ func Default() *Config {
 		OpenNebula: OpenNebula{
 			Endpoint: "http://localhost:2633/RPC2", AuthFile: "/var/lib/one/.one/one_auth",
 			Remote: "ssh", HostBinary: "/var/tmp/one/rbdfence/rbdfence-host", HostPackageBinary: "/usr/bin/rbdfence", HostConfig: "/etc/one/rbdfence.yaml", SSH: "ssh",
-			RemoteDir: "/var/tmp/one", DatastoreLocation: "/var/lib/one/datastores",
+			SSHPersist: Duration(70 * time.Second),
+			RemoteDir:  "/var/tmp/one", DatastoreLocation: "/var/lib/one/datastores",
 			LocalBinary: "/var/lib/one/remotes/rbdfence/rbdfence-host",
 		},
 		AuditLog: "/var/log/one/rbdfence-audit.log",
@@ -333,6 +338,9 @@ func (c *Config) Validate() error {
 	}
 	if len(strings.Fields(c.OpenNebula.SSH)) == 0 {
 		return fmt.Errorf("opennebula.ssh: must name the ssh command, e.g. ssh")
+	}
+	if p := time.Duration(c.OpenNebula.SSHPersist); p != 0 && (p < time.Second || p > 24*time.Hour) {
+		return fmt.Errorf("opennebula.ssh_persist: must be 0 (no master of rbdfence's) or 1s..24h, got %s", p)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

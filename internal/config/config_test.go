@@ -48,6 +48,10 @@ func TestParse(t *testing.T) {
 		{name: "no host_package_binary", yaml: "opennebula:\n  host_package_binary: \"\"\n", check: func(c *Config) bool { return c.OpenNebula.HostPackageBinary == "" }},
 		{name: "control char in path", yaml: "opennebula:\n  remote_dir: \"/var/tmp/one\\n\"\n", err: "opennebula.remote_dir: control characters"},
 		{name: "empty ssh", yaml: "opennebula:\n  ssh: \" \"\n", err: "opennebula.ssh"},
+		{name: "ssh_persist default", yaml: "", check: func(c *Config) bool { return time.Duration(c.OpenNebula.SSHPersist) == 70*time.Second }},
+		{name: "ssh_persist off", yaml: "opennebula:\n  ssh_persist: 0s\n", check: func(c *Config) bool { return c.OpenNebula.SSHPersist == 0 }},
+		{name: "ssh_persist too short", yaml: "opennebula:\n  ssh_persist: 10ms\n", err: "opennebula.ssh_persist: must be 0"},
+		{name: "ssh_persist negative", yaml: "opennebula:\n  ssh_persist: -5s\n", err: "opennebula.ssh_persist"},
 		{name: "zero action timeout", yaml: "timeouts:\n  action: 0s\n", err: "timeouts.action"},
 		{name: "syntax", yaml: "fence: [\n", err: "did not find"},
 	} {

@@ -20,6 +20,9 @@ type Env struct {
 	// Broken is the configuration error of an Env made by BrokenEnv: every
 	// rbdfence step fails with it; wrapped originals still run.
 	Broken error
+	// control is the ssh master rbdfence's own sessions share where the
+	// user's ssh config has none (sshcontrol.go).
+	control control
 }
 
 // LoadEnv reads the configuration at configPath ("" means $RBDFENCE_CONFIG,

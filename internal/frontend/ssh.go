@@ -44,6 +44,9 @@ func (e *Env) sshArgvOpts(host string, remote []string, opts ...string) ([]strin
 			cm = "auto"
 		}
 		argv = append(argv, "-o", "ControlMaster="+cm)
+		if cm != "no" {
+			argv = append(argv, e.control.opts(e.Cfg, host)...)
+		}
 	}
 	argv = append(argv, opts...)
 	argv = append(argv, host, shellJoin(remote))

@@ -46,6 +46,12 @@ type fe struct {
 	// timeouts.ssh, .total and .action of the front-end config ("": 60s,
 	// 90s and the default)
 	sshTimeout, totalTimeout, action string
+	// sshPersist is opennebula.ssh_persist: "0s" unless a test sets it, so
+	// that a test's ssh fault (a host's sshd stopped, its route cut) meets
+	// a new connection, not a master a step before it opened.
+	sshPersist string
+	// env is added to every driver's environment.
+	env []string
 }
 
 var vmSeq struct {
@@ -210,6 +216,7 @@ func (f *fe) writeConfig() {
   auth_file: %s
   remote: ssh
   ssh: %s
+  ssh_persist: %s
   host_binary: %s
   host_package_binary: ""
   host_config: %s
@@ -223,7 +230,7 @@ timeouts:
 %saudit_log: %s
 spool_dir: %s
 state_dir: %s
-%s`, f.sim.URL(), f.path("one_auth"), f.path("ssh"), filepath.Join(f.remotes, "rbdfence/rbdfence-host"), f.path("host.yaml"),
+%s`, f.sim.URL(), f.path("one_auth"), f.path("ssh"), or(f.sshPersist, "0s"), filepath.Join(f.remotes, "rbdfence/rbdfence-host"), f.path("host.yaml"),
 		f.path("hostremotes"), or(f.sshTimeout, "60s"), or(f.totalTimeout, "90s"), action, f.path("frontend-audit.log"), f.path("spool"), f.path("state"), f.extra), 0o644)
 }
 
@@ -258,7 +265,7 @@ func (f *fe) run(prog string, stdin string, args ...string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, prog, args...)
-	cmd.Env = append(os.Environ(), "RBDFENCE_CONFIG="+f.cfgPath)
+	cmd.Env = append(append(os.Environ(), "RBDFENCE_CONFIG="+f.cfgPath), f.env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

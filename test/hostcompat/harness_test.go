@@ -225,6 +225,7 @@ func (r *rig) frontendConfig(name, one, extra string) string {
   auth_file: %s
   remote: ssh
   ssh: ssh -F %s
+  ssh_persist: 0s
   local_binary: %s
   remote_dir: %s
 timeouts:

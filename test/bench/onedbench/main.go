@@ -62,9 +62,10 @@ import (
 func main() {
 	rounds := flag.Int("rounds", 10, "rounds (each: per flavour, a deploy and two live migrations)")
 	sshMode := flag.String("ssh", "both", "oned's ssh: plain, mux (the packages' multiplexing: OpenNebula's ssh wrapper in oned's PATH) or both (plain rounds, then mux rounds)")
+	trace := flag.Bool("trace", false, "after the rounds, one deploy and one live migration per flavour under perf: each process's start, run time and connects (trace.go)")
 	flag.Parse()
-	if *rounds < 2 {
-		fmt.Fprintln(os.Stderr, "onedbench: -rounds must be at least 2")
+	if *rounds < 2 && !(*rounds == 0 && *trace) {
+		fmt.Fprintln(os.Stderr, "onedbench: -rounds must be at least 2 (or 0 with -trace)")
 		os.Exit(2)
 	}
 	modes, ok := map[string][]string{"plain": {"plain"}, "mux": {"mux"}, "both": {"plain", "mux"}}[*sshMode]
@@ -72,7 +73,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "onedbench: -ssh %q: want plain, mux or both\n", *sshMode)
 		os.Exit(2)
 	}
-	if err := testenv.RunProgram(func(t testenv.T) error { return run(t, *rounds, modes) }); err != nil {
+	if err := testenv.RunProgram(func(t testenv.T) error { return run(t, *rounds, modes, *trace) }); err != nil {
 		fmt.Fprintln(os.Stderr, "onedbench:", err)
 		os.Exit(1)
 	}
@@ -88,7 +89,7 @@ type flavour struct {
 	s     sample
 }
 
-func run(t testenv.T, rounds int, modes []string) error {
+func run(t testenv.T, rounds int, modes []string, trace bool) error {
 	s := oned.Start(t, "fe74")
 	hooks, err := saveHooks(t, s)
 	if err != nil {
@@ -105,8 +106,16 @@ func run(t testenv.T, rounds int, modes []string) error {
 		if err != nil {
 			return fmt.Errorf("ssh %s: %w", mode, err)
 		}
-		if err := bench(t, s, hooks, img, rounds, mode); err != nil {
-			return err
+		if rounds > 0 {
+			if err := bench(t, s, hooks, img, rounds, mode); err != nil {
+				return err
+			}
+		}
+		if trace {
+			fl := []*flavour{{name: "rbdfence", vmMad: s.Hypervisor, hook: true}, {name: "baseline", vmMad: "kvmbase"}}
+			if err := traceRounds(t, s, hooks, img, mode, fl); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -121,6 +121,7 @@ func run(tb testenv.T, reps int, compare string) error {
   endpoint: %s
   auth_file: %s
   ssh: ssh -F %s
+  ssh_persist: 0s
   host_binary: %s
   host_package_binary: ""
   host_config: %s
