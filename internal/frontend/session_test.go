@@ -248,6 +248,7 @@ func TestOneSession(t *testing.T) {
 
 			cfg := config.Default()
 			cfg.OpenNebula.SSH = filepath.Join(dir, "ssh")
+			cfg.OpenNebula.SSHPersist = 0 // no ssh -G probe among the counted sessions (TestSSHOwnMaster has it)
 			cfg.OpenNebula.HostBinary = bin
 			cfg.OpenNebula.HostPackageBinary = ""
 			cfg.AuditLog = filepath.Join(dir, "audit.log")
