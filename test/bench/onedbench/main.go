@@ -113,8 +113,9 @@ func run(t testenv.T, rounds int, modes []string, trace bool) error {
 		}
 		if trace {
 			fl := []*flavour{{name: "rbdfence", vmMad: s.Hypervisor, hook: true}, {name: "baseline", vmMad: "kvmbase"}}
+			// The trace is an aside: its failure does not end the rounds.
 			if err := traceRounds(t, s, hooks, img, mode, fl); err != nil {
-				return err
+				fmt.Fprintf(os.Stderr, "onedbench: the trace of ssh %s failed: %v\n", mode, err)
 			}
 		}
 	}
