@@ -80,7 +80,7 @@ func runHost(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	cfg, err := c.load()
 	if req.Op == hoststep.OpVersions {
 		// What runs here, also when the config is broken (doctor asks).
-		resp := &hoststep.Response{OK: true, Op: req.Op, Versions: hostVersions(ctx, cfg, true)}
+		resp := &hoststep.Response{OK: true, Op: req.Op, Versions: hostVersions(ctx, cfg, !req.Brief)}
 		if err != nil {
 			resp.Error = err.Error()
 		}

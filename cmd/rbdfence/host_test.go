@@ -132,4 +132,11 @@ func TestHostVersionGate(t *testing.T) {
 	if err != nil || !resp.OK || resp.Versions == nil || resp.Versions.Platform == nil || resp.Versions.Platform.Glibc == "" || resp.Versions.Hook.Path != hookBin {
 		t.Fatalf("versions: %+v %v", resp, err)
 	}
+	// What a start or a migration asks: the step and the hook, no package
+	// or platform queries.
+	resp, err = ask(fmt.Sprintf(`{"version":%d,"op":"versions","vm":0,"host":"h1","brief":true}`, hoststep.Version))
+	if err != nil || !resp.OK || resp.Versions == nil || resp.Versions.Platform != nil || resp.Versions.Packages != nil ||
+		resp.Versions.Hook == nil || resp.Versions.Hook.Path != hookBin || resp.Versions.Step.ClaimFormat != engine.ClaimFormat {
+		t.Fatalf("brief versions: %+v %v", resp, err)
+	}
 }

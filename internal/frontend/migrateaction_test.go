@@ -220,6 +220,11 @@ func TestMigrateVMMPolicy(t *testing.T) {
 					ops = append(ops, l)
 				case l != "":
 					ops = append(ops, strings.SplitN(strings.SplitN(l, `"op":"`, 2)[1], `"`, 2)[0])
+					// A migration checks the step and the hook only: no
+					// package or platform queries on its path.
+					if strings.Contains(l, `"op":"versions"`) && !strings.Contains(l, `"brief":true`) {
+						t.Fatalf("the migration asked for full versions: %s", l)
+					}
 				}
 			}
 			if tc.wantOps != nil || len(ops) > 0 && tc.wantPlain != "" {

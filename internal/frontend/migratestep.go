@@ -179,7 +179,7 @@ func (e *Env) sourceDomain(ctx context.Context, m *migration) *engine.Domain {
 func (e *Env) failmigrateProtocol(ctx context.Context, m *migration, host string) error {
 	p, ok := m.protocol[host]
 	if !ok {
-		v, err := e.HostVersions(ctx, m.a.VM, host)
+		v, err := e.hostVersions(ctx, m.a.VM, host, true)
 		if err != nil {
 			return withSuffix(err, "; nothing was fenced")
 		}

@@ -179,6 +179,11 @@ type Request struct {
 	// Absent: not asked, nothing is fenced. Hosts that do not know the
 	// field ignore it and fence as before.
 	SrcDomain *engine.Domain `json:"src_domain,omitempty"`
+	// Brief asks OpVersions for the host step and the hook only, without
+	// the packages and the platform (what a start or a migration checks;
+	// doctor asks for all). A host that does not know the field answers
+	// in full.
+	Brief bool `json:"brief,omitempty"`
 }
 
 // PeerVersion is the version the request was written in.
