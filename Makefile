@@ -84,8 +84,9 @@ demo-opennebula: deps build
 # hold /tmp/rbdfence-machine.lock on a shared machine); it stops what it
 # started (make test-clean) whatever its result. Separate targets: the oned
 # one takes the machine's bridge, namespaces and test ports for about 15 minutes a mode (10 rounds).
-# ONED_TRACE=1 adds, after each mode's rounds, one deploy and one live
-# migration per flavour under perf (where the time goes, per process).
+# ONED_TRACE=N adds, after each mode's rounds, N rounds under perf (a
+# deploy and a live migration per flavour): where the time goes, per
+# process, and the VMM action's time by flavour, without PROLOG's noise.
 # docs/PERFORMANCE.md has the figures of both.
 ONED_ROUNDS ?= 10
 ONED_SSH ?= both
@@ -95,7 +96,7 @@ bench: deps build
 	$(GO) run -tags $(TAGS) ./test/bench/checkbench
 
 bench-oned: deps build
-	$(GO) run -tags $(TAGS) ./test/bench/onedbench -rounds $(ONED_ROUNDS) -ssh $(ONED_SSH) $(if $(ONED_TRACE),-trace); rc=$$?; $(MAKE) --no-print-directory test-clean; exit $$rc
+	$(GO) run -tags $(TAGS) ./test/bench/onedbench -rounds $(ONED_ROUNDS) -ssh $(ONED_SSH) $(if $(ONED_TRACE),-trace $(ONED_TRACE)); rc=$$?; $(MAKE) --no-print-directory test-clean; exit $$rc
 
 cluster-up:
 	bash test/ceph/cluster.sh start
@@ -114,7 +115,7 @@ clean:
 # and its steps: make soak SEED=... STEPS=... replays it.
 SEED ?= 1
 STEPS ?= 40
-VMS ?= 3
+VMS ?= 6
 DURATION ?=
 HOST_FAULTS ?= 1
 .PHONY: soak

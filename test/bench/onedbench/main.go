@@ -62,9 +62,9 @@ import (
 func main() {
 	rounds := flag.Int("rounds", 10, "rounds (each: per flavour, a deploy and two live migrations)")
 	sshMode := flag.String("ssh", "both", "oned's ssh: plain, mux (the packages' multiplexing: OpenNebula's ssh wrapper in oned's PATH) or both (plain rounds, then mux rounds)")
-	trace := flag.Bool("trace", false, "after the rounds, one deploy and one live migration per flavour under perf: each process's start, run time and connects (trace.go)")
+	trace := flag.Int("trace", 0, "after the rounds, this many rounds under perf, each a deploy and a live migration per flavour: the first round's process trees (each process's start, run time and connects) and the medians of the VMM action's time (trace.go)")
 	flag.Parse()
-	if *rounds < 2 && !(*rounds == 0 && *trace) {
+	if *rounds < 2 && !(*rounds == 0 && *trace > 0) || *trace < 0 {
 		fmt.Fprintln(os.Stderr, "onedbench: -rounds must be at least 2 (or 0 with -trace)")
 		os.Exit(2)
 	}
@@ -89,7 +89,7 @@ type flavour struct {
 	s     sample
 }
 
-func run(t testenv.T, rounds int, modes []string, trace bool) error {
+func run(t testenv.T, rounds int, modes []string, trace int) error {
 	s := oned.Start(t, "fe74")
 	hooks, err := saveHooks(t, s)
 	if err != nil {
@@ -111,10 +111,10 @@ func run(t testenv.T, rounds int, modes []string, trace bool) error {
 				return err
 			}
 		}
-		if trace {
+		if trace > 0 {
 			fl := []*flavour{{name: "rbdfence", vmMad: s.Hypervisor, hook: true}, {name: "baseline", vmMad: "kvmbase"}}
 			// The trace is an aside: its failure does not end the rounds.
-			if err := traceRounds(t, s, hooks, img, mode, fl); err != nil {
+			if err := traceRounds(t, s, hooks, img, mode, fl, trace); err != nil {
 				fmt.Fprintf(os.Stderr, "onedbench: the trace of ssh %s failed: %v\n", mode, err)
 			}
 		}

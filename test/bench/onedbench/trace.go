@@ -172,93 +172,174 @@ type span struct {
 	start, end time.Duration
 }
 
-// traceRounds runs, for each flavour, one fresh VM's deploy on home and
-// its live migration to away under perf, and prints each operation's
-// process tree.
-func traceRounds(t testenv.T, s *oned.Stack, hooks []hookFile, img oned.Image, mode string, flavours []*flavour) error {
+// traceRounds runs n rounds of the flavours under perf (the order
+// alternating by round, the home host too): each a fresh VM's deploy on
+// home and its live migration to the other host. It prints the process
+// tree of each operation of the first round and, over the rounds, the
+// time of the VMM action (actionTime) by flavour: what rbdfence adds
+// without the noise of PROLOG (the Ceph clone) and of oned's queues.
+func traceRounds(t testenv.T, s *oned.Stack, hooks []hookFile, img oned.Image, mode string, flavours []*flavour, n int) error {
 	dir, err := os.MkdirTemp("", "onedbench-trace")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	home, away := s.Hosts[0], s.Hosts[1]
-	for _, f := range flavours {
-		if err := use(t, s, hooks, f); err != nil {
-			return err
+	type acts struct{ deploy, migrate, toRunD, toRunM []time.Duration }
+	got := map[string]*acts{}
+	for r := 0; r < n; r++ {
+		order := flavours
+		if r%2 == 1 {
+			order = []*flavour{flavours[1], flavours[0]}
 		}
-		vm := s.NewVM(t, oned.VMTemplate(fmt.Sprintf("trace-%s-%s", mode, f.name), img))
-		// After the timed rounds: ssh masters and caches as warm as theirs.
-		rec, err := startPerf(dir)
-		if err != nil {
-			return err
-		}
-		var spans []span
-		op := func(name string, fn func()) {
-			t0 := monoNow()
-			fn()
-			spans = append(spans, span{name, t0, monoNow()})
-		}
-		op("onevm deploy", func() { deploy(t, s, vm, home) })
-		op("onevm migrate --live", func() { migrate(t, s, vm, away) })
-		out, err := rec.stop()
-		s.One(t, "onevm", "terminate", "--hard", strconv.Itoa(vm))
-		s.WaitVM(t, vm, "DONE", 2*time.Minute, func(v *oned.VM) bool { return v.State == oned.StateDone })
-		if err != nil {
-			return err
-		}
-		procs := parsePerf(out)
-		roots := map[int]string{}
-		for _, m := range []string{s.FE, home.Name, away.Name} {
-			pids, err := nsPids(filepath.Join(oned.Dir(), m, "mntns"))
+		home, away := s.Hosts[r%2], s.Hosts[1-r%2]
+		for _, f := range order {
+			spans, procs, err := traceOne(t, s, hooks, img, mode, f, home, away, dir, r)
 			if err != nil {
-				return fmt.Errorf("the processes of %s: %w", m, err)
+				return err
 			}
-			for _, p := range pids {
-				roots[p] = m
+			a := got[f.name]
+			if a == nil {
+				a = &acts{}
+				got[f.name] = a
 			}
-		}
-		self := os.Getpid()
-		for _, sp := range spans {
-			fmt.Printf("\n%s, %s, ssh %s: %s to RUNNING (polled every 20 ms)\n", sp.name, f.name, mode, (sp.end - sp.start).Round(time.Millisecond))
-			fmt.Printf("  %8s %8s %4s  %s\n", "start", "ran", "conn", "machine: exec'd file (children indented)")
-			var top []*tproc
-			for _, p := range procs {
-				if !p.shown(sp) {
-					continue
-				}
-				// Top: no shown ancestor; from one of the stack's machines,
-				// not from this program (its onevm polls).
-				machine, isTop := "", true
-				for q := procs[p.parent]; q != nil; q = procs[q.parent] {
-					if q.pid == self {
-						machine = ""
-						break
-					}
-					if q.shown(sp) {
-						isTop = false
-					}
-					if m, ok := roots[q.pid]; ok && machine == "" {
-						machine = m
-					}
-					if q.parent == q.pid {
-						break
-					}
-				}
-				if m, ok := roots[p.parent]; ok && machine == "" {
-					machine = m
-				}
-				if isTop && machine != "" {
-					p.machine = machine
-					top = append(top, p)
-				}
-			}
-			sort.Slice(top, func(i, j int) bool { return top[i].start < top[j].start })
-			for _, p := range top {
-				printTree(p, p.machine, sp, 0)
+			a.deploy = append(a.deploy, actionTime(procs, spans[0]))
+			a.migrate = append(a.migrate, actionTime(procs, spans[1]))
+			a.toRunD = append(a.toRunD, spans[0].end-spans[0].start)
+			a.toRunM = append(a.toRunM, spans[1].end-spans[1].start)
+			if r == 0 {
+				printTrees(procs, spans, f.name, mode, s, home, away)
 			}
 		}
 	}
+	w, b := got[flavours[0].name], got[flavours[1].name]
+	fmt.Printf("\ntraced, ssh %s, %d rounds: the VMM action (deploy-rbdfence or the driver's remote deploy; migrate-rbdfence or the driver's migrate), medians\n", mode, n)
+	reportAction("deploy action", w.deploy, b.deploy, b.toRunD)
+	reportAction("live migration action", w.migrate, b.migrate, b.toRunM)
 	return nil
+}
+
+// reportAction prints the action's medians with and without rbdfence,
+// their difference and the median of the rounds' differences, each also as
+// a share of the baseline's median time to RUNNING in the same rounds.
+func reportAction(name string, with, without, baseToRunning []time.Duration) {
+	mw, mo, base := median(with), median(without), median(baseToRunning)
+	var pair []time.Duration
+	for i := range with {
+		pair = append(pair, with[i]-without[i])
+	}
+	mp := median(pair)
+	fmt.Printf("  %-22s with rbdfence %7s  without %7s  difference %+7s (%+.1f%% of the baseline's %s to RUNNING); median of the rounds' differences %+7s (%+.1f%%)\n",
+		name, mw.Round(time.Millisecond), mo.Round(time.Millisecond), (mw - mo).Round(time.Millisecond), 100*float64(mw-mo)/float64(base),
+		base.Round(time.Millisecond), mp.Round(time.Millisecond), 100*float64(mp)/float64(base))
+}
+
+// traceOne is one flavour's VM of round r under perf: its deploy on home,
+// its live migration to away, then its end (untraced).
+func traceOne(t testenv.T, s *oned.Stack, hooks []hookFile, img oned.Image, mode string, f *flavour, home, away oned.Host, dir string, r int) ([]span, map[int]*tproc, error) {
+	if err := use(t, s, hooks, f); err != nil {
+		return nil, nil, err
+	}
+	vm := s.NewVM(t, oned.VMTemplate(fmt.Sprintf("trace-%s-%d-%s", mode, r, f.name), img))
+	// After the timed rounds: ssh masters and caches as warm as theirs.
+	rec, err := startPerf(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	var spans []span
+	op := func(name string, fn func()) {
+		t0 := monoNow()
+		fn()
+		spans = append(spans, span{name, t0, monoNow()})
+	}
+	op("onevm deploy", func() { deploy(t, s, vm, home) })
+	op("onevm migrate --live", func() { migrate(t, s, vm, away) })
+	out, err := rec.stop()
+	s.One(t, "onevm", "terminate", "--hard", strconv.Itoa(vm))
+	s.WaitVM(t, vm, "DONE", 2*time.Minute, func(v *oned.VM) bool { return v.State == oned.StateDone })
+	if err != nil {
+		return nil, nil, err
+	}
+	return spans, parsePerf(out), nil
+}
+
+// actionTime is the run time of the VMM action within sp: the longest
+// process that one of oned's VMM drivers (one_vmm_exec.rb, found by its
+// command line) forked during sp. For a deploy that is deploy-rbdfence, or
+// the driver's ssh that runs the remote deploy; for a live migration
+// migrate-rbdfence, or the driver's ssh that runs the remote migrate. The
+// hooks run inside it (libvirtd waits for them).
+func actionTime(procs map[int]*tproc, sp span) time.Duration {
+	driver := map[int]bool{}
+	var best time.Duration
+	for _, p := range procs {
+		if p.thread || p.end == 0 || p.start < sp.start || p.start > sp.end {
+			continue
+		}
+		d, ok := driver[p.parent]
+		if !ok {
+			b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p.parent), "cmdline"))
+			d = bytes.Contains(b, []byte("one_vmm_exec"))
+			driver[p.parent] = d
+		}
+		if d && p.end-p.start > best {
+			best = p.end - p.start
+		}
+	}
+	return best
+}
+
+// printTrees prints the process tree of each traced operation.
+func printTrees(procs map[int]*tproc, spans []span, flavour, mode string, s *oned.Stack, home, away oned.Host) {
+	roots := map[int]string{}
+	for _, m := range []string{s.FE, home.Name, away.Name} {
+		pids, err := nsPids(filepath.Join(oned.Dir(), m, "mntns"))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "onedbench: the processes of %s: %v\n", m, err)
+		}
+		for _, p := range pids {
+			roots[p] = m
+		}
+	}
+	self := os.Getpid()
+	for _, sp := range spans {
+		fmt.Printf("\n%s, %s, ssh %s: %s to RUNNING (polled every 20 ms)\n", sp.name, flavour, mode, (sp.end - sp.start).Round(time.Millisecond))
+		fmt.Printf("  %8s %8s %4s  %s\n", "start", "ran", "conn", "machine: exec'd file (children indented)")
+		var top []*tproc
+		for _, p := range procs {
+			if !p.shown(sp) {
+				continue
+			}
+			// Top: no shown ancestor; from one of the stack's machines,
+			// not from this program (its onevm polls).
+			machine, isTop := "", true
+			for q := procs[p.parent]; q != nil; q = procs[q.parent] {
+				if q.pid == self {
+					machine = ""
+					break
+				}
+				if q.shown(sp) {
+					isTop = false
+				}
+				if m, ok := roots[q.pid]; ok && machine == "" {
+					machine = m
+				}
+				if q.parent == q.pid {
+					break
+				}
+			}
+			if m, ok := roots[p.parent]; ok && machine == "" {
+				machine = m
+			}
+			if isTop && machine != "" {
+				p.machine = machine
+				top = append(top, p)
+			}
+		}
+		sort.Slice(top, func(i, j int) bool { return top[i].start < top[j].start })
+		for _, p := range top {
+			printTree(p, p.machine, sp, 0)
+		}
+	}
 }
 
 // shown: p is a process that exec'd a file within sp.
