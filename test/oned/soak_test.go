@@ -1,9 +1,11 @@
 package oned
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,7 +44,7 @@ func TestSoak(t *testing.T) {
 		until, steps = time.Now().Add(dur), 1<<30
 	}
 	s := Start(t, "fe74")
-	k := &soak{t: t, s: s, rng: rand.New(rand.NewPCG(uint64(seed), 0)), counts: map[string]int{},
+	k := &soak{t: t, s: s, rng: rand.New(rand.NewPCG(uint64(seed), 0)), counts: map[string]int{}, hot: map[int]string{},
 		hostFaults: os.Getenv("RBDFENCE_SOAK_HOST_FAULTS") == "1", mutant: os.Getenv("RBDFENCE_SOAK_MUTANT")}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -55,8 +57,25 @@ func TestSoak(t *testing.T) {
 				seed, len(steps), seed, len(steps), nvm, hf, strings.Join(steps, "\n"))
 		}
 	})
+	// Disks: every third VM from the first has one (exclusive), from the
+	// second two, from the third its own and the one shareable image they
+	// all use (two or more writers are its right: the judge asks only that
+	// each running VM writes it).
 	for i := range nvm {
-		vm, _, _ := s.DeployNew(t, fmt.Sprintf("soak-%d-%d", seed, i), true, s.Hosts[i%len(s.Hosts)])
+		name := fmt.Sprintf("soak-%d-%d", seed, i)
+		disks := []Image{s.NewImage(t, name, true)}
+		switch i % 3 {
+		case 1:
+			disks = append(disks, s.NewImage(t, name+"-b", true))
+		case 2:
+			if k.shared == "" {
+				k.shared = strconv.Itoa(s.NewSharedImage(t, fmt.Sprintf("soak-%d-shared", seed)).ID)
+			}
+			id, _ := strconv.Atoi(k.shared)
+			disks = append(disks, Image{ID: id})
+		}
+		vm := s.NewVM(t, VMTemplate(name, disks...))
+		s.Deploy(t, vm, s.Hosts[i%len(s.Hosts)])
 		k.vms = append(k.vms, vm)
 	}
 	k.current = "  0 the first deploys"
@@ -77,10 +96,14 @@ func TestSoak(t *testing.T) {
 }
 
 type soak struct {
-	t      *testing.T
-	s      *Stack
-	rng    *rand.Rand
-	vms    []int
+	t   *testing.T
+	s   *Stack
+	rng *rand.Rand
+	vms []int
+	// shared is the shareable image's ID ("": none yet); hot, per VM, the
+	// image ID of the disk the soak attached to it (one at most).
+	shared string
+	hot    map[int]string
 	log    []string
 	counts map[string]int
 	judged int
@@ -127,8 +150,13 @@ func (k *soak) step(vm int) string {
 	switch {
 	case v.Running():
 		ops := []string{"poweroff", "suspend", "undeploy", "migrate-live", "migrate-live", "migrate-cold", "zombie", "zombie"}
+		if k.hot[vm] == "" {
+			ops = append(ops, "disk-attach")
+		} else {
+			ops = append(ops, "disk-detach")
+		}
 		if k.hostFaults {
-			ops = append(ops, "libvirtd-restart")
+			ops = append(ops, "libvirtd-restart", "ceph-cut", "oned-restart")
 		}
 		op = pick(ops...)
 	case v.State == StatePoweroff, v.State == StateSuspended:
@@ -170,14 +198,205 @@ func (k *soak) step(vm int) string {
 		return op + " " + here + " -> " + to.Name
 	case "zombie":
 		return k.zombie(vm, s.Host(t, here))
+	case "disk-attach":
+		img := s.NewImage(t, fmt.Sprintf("soak-hot-%d-%d", vm, len(k.log)), true)
+		n := len(v.Disks)
+		s.One(t, "onevm", "disk-attach", id, "--image", strconv.Itoa(img.ID), "--prefix", "vd")
+		s.WaitVM(t, vm, "RUNNING with the attached disk", CmdTimeout, func(v *VM) bool { return v.Running() && len(v.Disks) == n+1 })
+		k.hot[vm] = strconv.Itoa(img.ID)
+		return fmt.Sprintf("%s of image %d on %s", op, img.ID, here)
+	case "disk-detach":
+		for _, d := range v.Disks {
+			if d.ImageID == k.hot[vm] {
+				s.One(t, "onevm", "disk-detach", id, strconv.Itoa(d.ID))
+				s.WaitVM(t, vm, "RUNNING without the detached disk", CmdTimeout, func(v *VM) bool { return v.Running() && !hasImage(v, k.hot[vm]) })
+				delete(k.hot, vm)
+				return fmt.Sprintf("%s of image %s (disk %d) on %s", op, d.ImageID, d.ID, here)
+			}
+		}
+		t.Fatalf("VM %d has no disk of the attached image %s: %+v", vm, k.hot[vm], v.Disks)
 	case "libvirtd-restart":
 		h := k.s.Hosts[k.rng.IntN(len(k.s.Hosts))]
 		s.stopLibvirtd(t, h)
 		time.Sleep(time.Duration(1+k.rng.IntN(4)) * time.Second)
 		s.startLibvirtd(t, h)
 		return op + " on " + h.Name
+	case "ceph-cut", "oned-restart":
+		return k.faultDuring(op, vm, here)
 	}
 	return op + " on " + here
+}
+
+// faultDuring runs a fault across an operation of VM vm (on host here):
+// ceph-cut cuts a random host off the Ceph cluster, issues the operation,
+// heals the cut after 1-5 s; oned-restart issues the operation and
+// restarts oned (and its monitor, scheduler and hook manager) 0-3 s into
+// it. The operation may fail, or oned may lose it: the VM is then settled
+// by the README's recovery steps (settle), and the judge checks it as
+// after any step.
+func (k *soak) faultDuring(fault string, vm int, here string) string {
+	t, s := k.t, k.s
+	id := strconv.Itoa(vm)
+	to := k.other(here)
+	op := []string{"migrate-live", "migrate-cold", "poweroff-resume", "undeploy-deploy"}[k.rng.IntN(4)]
+	issue := func(args ...string) {
+		if _, err := s.Try(args...); err != nil {
+			k.counts[fault+": "+args[1]+" refused by oned"]++
+		}
+	}
+	var heal func()
+	desc := fault
+	if fault == "ceph-cut" {
+		cut := s.Hosts[k.rng.IntN(len(s.Hosts))]
+		heal = s.cutCeph(t, cut)
+		desc += " of " + cut.Name
+	}
+	restart := func() {
+		time.Sleep(time.Duration(k.rng.IntN(3000)) * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if err := s.Restart(ctx); err != nil {
+			t.Fatalf("oned-restart: %v", err)
+		}
+	}
+	switch op {
+	case "migrate-live":
+		issue("onevm", "migrate", "--live", id, to.Name)
+		desc += " during migrate-live " + here + " -> " + to.Name
+	case "migrate-cold":
+		issue("onevm", "migrate", id, to.Name)
+		desc += " during migrate-cold " + here + " -> " + to.Name
+	case "poweroff-resume", "undeploy-deploy":
+		// The start is what the fault must meet: stop first, untouched.
+		if op == "poweroff-resume" {
+			s.One(t, "onevm", "poweroff", "--hard", id)
+			s.WaitVM(t, vm, "POWEROFF", CmdTimeout, func(v *VM) bool { return v.State == StatePoweroff })
+			if heal == nil {
+				issue("onevm", "resume", id)
+			}
+		} else {
+			s.One(t, "onevm", "undeploy", "--hard", id)
+			s.WaitVM(t, vm, "UNDEPLOYED", CmdTimeout, func(v *VM) bool { return v.State == StateUndeploy })
+		}
+		desc += " during " + op
+	}
+	if heal != nil {
+		// The cut holds from before the start (a stop needs no Ceph).
+		switch op {
+		case "poweroff-resume":
+			issue("onevm", "resume", id)
+		case "undeploy-deploy":
+			issue("onevm", "deploy", id, to.Name, strconv.Itoa(s.SystemDS))
+			desc += " on " + to.Name
+		}
+		time.Sleep(time.Duration(1+k.rng.IntN(5)) * time.Second)
+		heal()
+	} else {
+		if op == "undeploy-deploy" {
+			issue("onevm", "deploy", id, to.Name, strconv.Itoa(s.SystemDS))
+			desc += " on " + to.Name
+		}
+		restart()
+	}
+	return desc + ": " + k.settle(vm)
+}
+
+// settle waits until VM vm is in a state an operation starts from
+// (RUNNING, POWEROFF, SUSPENDED, UNDEPLOYED) and, when it is stuck instead
+// (a *_FAILURE or UNKNOWN state, or the same transient state for 90 s: an
+// action oned lost in a restart), recovers it as the README says, by where
+// the VM's domain runs (ground truth: virsh on the hosts): `onevm recover
+// --retry` first, then --success if it runs on oned's host or --failure if
+// not; then `onevm resume` for a VM left POWEROFF or UNKNOWN and not
+// running. It says what it did; a VM still stuck after 6 minutes fails the
+// soak ("nothing blocked for good").
+func (k *soak) settle(vm int) string {
+	t, s := k.t, k.s
+	id := strconv.Itoa(vm)
+	var did []string
+	deadline := time.Now().Add(6 * time.Minute)
+	last, since, tries := -1, time.Now(), 0
+	for {
+		v, err := s.vmInfo(vm)
+		if err != nil {
+			// oned restarting: ask again.
+			if time.Now().After(deadline) {
+				t.Fatalf("VM %d: oned does not answer 6 minutes after the fault: %v", vm, err)
+			}
+			time.Sleep(time.Second)
+			continue
+		}
+		state := v.State*1000 + v.LCM
+		if state != last {
+			last, since = state, time.Now()
+		}
+		switch {
+		case v.Running(), v.State == StatePoweroff, v.State == StateSuspended, v.State == StateUndeploy:
+			if len(did) == 0 {
+				return "settled " + stateName(v)
+			}
+			return strings.Join(did, ", ") + "; settled " + stateName(v)
+		case time.Now().After(deadline):
+			t.Fatalf("VM %d is blocked 6 minutes after the fault (%s): %s\n%s", vm, strings.Join(did, ", "), v, s.VMLog(t, vm))
+		}
+		stuck := v.State == StateActive && (failureLCM(v.LCM) || v.LCM == LCMUnknown)
+		if !stuck && time.Since(since) < 90*time.Second {
+			time.Sleep(time.Second)
+			continue
+		}
+		// Where the guest runs: a running domain, else a paused one (an
+		// incoming migration's, or a source's paused by the migration).
+		where, paused := "", ""
+		for _, h := range s.Hosts {
+			switch s.DomainState(t, h, vm) {
+			case "running":
+				where = h.Name
+			case "paused":
+				paused = h.Name
+			}
+		}
+		if where == "" {
+			where = paused
+		}
+		var how string
+		switch {
+		case tries == 0:
+			how = "--retry"
+		case where != "" && where == v.Host():
+			how = "--success"
+		default:
+			how = "--failure"
+		}
+		tries++
+		if tries > 4 {
+			t.Fatalf("VM %d is still stuck after %s: %s\n%s", vm, strings.Join(did, ", "), v, s.VMLog(t, vm))
+		}
+		k.counts["recover "+how]++
+		did = append(did, fmt.Sprintf("recover %s from %s (domain on %q)", how, stateName(v), where))
+		if _, err := s.Try("onevm", "recover", how, id); err != nil {
+			did[len(did)-1] += " refused: " + lastLine(err.Error())
+		}
+		last = -1
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// stateName is a VM's state for the soak's log.
+func stateName(v *VM) string {
+	switch v.State {
+	case StatePoweroff:
+		return "POWEROFF"
+	case StateSuspended:
+		return "SUSPENDED"
+	case StateUndeploy:
+		return "UNDEPLOYED"
+	case StateActive:
+		if v.Running() {
+			return "RUNNING on " + v.Host()
+		}
+		return fmt.Sprintf("ACTIVE lcm %d on %s", v.LCM, v.Host())
+	}
+	return fmt.Sprintf("state %d lcm %d", v.State, v.LCM)
 }
 
 // zombie starts, by hand on the other host, a copy of VM vm from the domain
@@ -222,20 +441,45 @@ func (k *soak) judge(after string) {
 	k.judged++
 	for _, vm := range k.vms {
 		v := s.ShowVM(t, vm)
-		var writers []string
+		var running []Host
 		for _, h := range s.Hosts {
-			if s.DomainState(t, h, vm) != "running" {
-				continue
-			}
-			if s.GuestWrite(t, h, vm, byte(0x10+k.judged%0xe0)) {
-				writers = append(writers, h.Name)
+			if s.DomainState(t, h, vm) == "running" {
+				running = append(running, h)
 			}
 		}
-		if len(writers) > 1 {
-			t.Fatalf("after %s: VM %d has two writers, on %v (oned: %s)", after, vm, writers, v)
-		}
-		if v.Running() && (len(writers) != 1 || writers[0] != v.Host()) {
-			t.Fatalf("after %s: oned shows VM %d RUNNING on %s, but the writers are %v: the live VM was fenced or is not there\n%s", after, vm, v.Host(), writers, s.VMLog(t, vm))
+		for _, disk := range v.Disks {
+			d, shared := targetIndex(t, disk.Target), disk.ImageID == k.shared
+			var writers []string
+			for _, h := range running {
+				if s.GuestWriteDisk(t, h, vm, d, byte(0x10+k.judged%0xe0)) {
+					writers = append(writers, h.Name)
+				}
+			}
+			if len(writers) > 1 && !shared {
+				t.Fatalf("after %s: VM %d has two writers of disk %d, on %v (oned: %s)", after, vm, d, writers, v)
+			}
+			if v.Running() && !slices.Contains(writers, v.Host()) {
+				t.Fatalf("after %s: oned shows VM %d RUNNING on %s, but the writers of its disk %d are %v: the live VM was fenced or is not there\n%s", after, vm, v.Host(), d, writers, s.VMLog(t, vm))
+			}
 		}
 	}
+}
+
+// targetIndex is the index of a virtio disk's target (vda 0, vdb 1): libvirt
+// names its device virtio-disk<index>.
+func targetIndex(t *testing.T, target string) int {
+	if len(target) != 3 || target[:2] != "vd" || target[2] < 'a' || target[2] > 'z' {
+		t.Fatalf("disk target %q is not a virtio vdX", target)
+	}
+	return int(target[2] - 'a')
+}
+
+// hasImage: one of v's disks is of image id.
+func hasImage(v *VM, id string) bool {
+	for _, d := range v.Disks {
+		if d.ImageID == id {
+			return true
+		}
+	}
+	return false
 }

@@ -298,6 +298,16 @@ func (s *Stack) NewImage(t testenv.T, name string, persistent bool) Image {
 	}
 }
 
+// NewSharedImage is NewImage, persistent, with PERSISTENT_TYPE SHAREABLE:
+// several VMs may use it at once and each gets its disk with SHAREABLE
+// YES (src/image/Image.cc:653-662 of release-7.4.0, raw format only).
+func (s *Stack) NewSharedImage(t testenv.T, name string) Image {
+	t.Helper()
+	img := s.NewImage(t, name, true)
+	s.One(t, "bash", "-c", fmt.Sprintf(`f=$(mktemp) && echo 'PERSISTENT_TYPE = "SHAREABLE"' >"$f" && oneimage update --append %d "$f"; rc=$?; rm -f "$f"; exit $rc`, img.ID))
+	return img
+}
+
 // VMTemplate is a VM without guest OS: one vCPU of a tenth of a core, 64 MiB,
 // the disks given, virtio (so libvirt names the first disk virtio-disk0),
 // no NIC and no graphics. QEMU runs its firmware and waits.
@@ -366,13 +376,20 @@ func (s *Stack) Deploy(t testenv.T, id int, h Host) *VM {
 // host (/var/log/libvirt/qemu/one-ID.log), read from where it began.
 func (s *Stack) GuestWrite(t testenv.T, h Host, vm int, pattern byte) bool {
 	t.Helper()
+	return s.GuestWriteDisk(t, h, vm, 0, pattern)
+}
+
+// GuestWriteDisk is GuestWrite to the VM's disk-th virtio disk (0: vda,
+// libvirt's virtio-disk0; 1: vdb).
+func (s *Stack) GuestWriteDisk(t testenv.T, h Host, vm, disk int, pattern byte) bool {
+	t.Helper()
 	dom := fmt.Sprintf("one-%d", vm)
 	logf := s.hostFS(h, "var-log/libvirt/qemu/"+dom+".log")
 	var off int64
 	if st, err := os.Stat(logf); err == nil {
 		off = st.Size()
 	}
-	s.OnHost(t, h, fmt.Sprintf(`virsh -q qemu-monitor-command %s --hmp 'qemu-io -d /machine/peripheral/virtio-disk0/virtio-backend "write -P 0x%02x 0 4k"'`, dom, pattern))
+	s.OnHost(t, h, fmt.Sprintf(`virsh -q qemu-monitor-command %s --hmp 'qemu-io -d /machine/peripheral/virtio-disk%d/virtio-backend "write -P 0x%02x 0 4k"'`, dom, disk, pattern))
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		b, _ := os.ReadFile(logf)
