@@ -37,6 +37,7 @@ func TestBriefsFit(t *testing.T) {
 		{&ClaimFormatError{Who: "the hook on node1", Format: 1, Need: 2}, "upgrade"},
 		{&LeaseHeldError{Object: "one/rbdfence.claim.4242", Holder: "x"}, "retry"},
 		{&IncompleteError{Problems: []string{"a", "b"}}, "VM log"},
+		{ErrSeenUnknown.(*seenUnknownError), "retry"},
 	}
 	seen := map[string]bool{}
 	for _, c := range all {

@@ -68,3 +68,31 @@ func SeenIPs(own []Addr) []netip.Addr {
 	slices.SortFunc(out, netip.Addr.Compare)
 	return out
 }
+
+// ErrSeenUnknown: librados gave no address for the step's own client, so
+// the address Ceph sees for this host's clients is not known; a close of a
+// live migration's window, which fences by address, refuses rather than
+// fence on the host's interfaces alone (behind NAT toward Ceph that would
+// fence the VM: the close would take an interface address for its own
+// clients' and every client, the live one too, for another host's).
+var ErrSeenUnknown error = &seenUnknownError{}
+
+type seenUnknownError struct{}
+
+func (*seenUnknownError) Error() string {
+	return "refused, nothing fenced: librados gave no address for this host's Ceph client, so the address Ceph sees for its clients is unknown: retry the step"
+}
+
+// Brief says it within engine.BriefMax.
+func (*seenUnknownError) Brief() string { return "librados gave no own address; retry the step" }
+
+// SeenKnown is ErrSeenUnknown for the close of a window (closing: the
+// steps postmigrate and failmigrate) when librados gave no address for the
+// step's own client (own), else nil. A pure rule: the host step and the
+// model both apply it.
+func SeenKnown(closing bool, own []Addr) error {
+	if closing && len(own) == 0 {
+		return ErrSeenUnknown
+	}
+	return nil
+}

@@ -490,10 +490,11 @@ func (w *world) steps(b bound) []step {
 				src, dst := w.op.src, w.op.host
 				if w.hosts[dst].cut {
 					o.sayf("destination unreachable: postmigrate failed (only logged)")
+				} else if who, scope, ok := w.closer(o, dst); !ok {
+					o.sayf("postmigrate refused: librados on %s gave no own address (only logged)", mHosts[dst])
 				} else {
-					who := w.who(dst, w.op.seq, engine.SourceFrontend)
 					_, err := w.call(o, crash, engine.SourceFrontend, "postmigrate", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
-						return e.CloseWindow(ctx, who, w.imgsOf(c), mHosts[src], mHosts[dst], w.scope(dst), engine.Migrated)
+						return e.CloseWindow(ctx, who, w.imgsOf(c), mHosts[src], mHosts[dst], scope, engine.Migrated)
 					})
 					if err != nil {
 						o.sayf("postmigrate failed (only logged)")
@@ -513,8 +514,9 @@ func (w *world) steps(b bound) []step {
 				}
 				if w.hosts[on].cut {
 					o.sayf("unreachable: failmigrate failed")
+				} else if who, scope, seen := w.closer(o, on); !seen {
+					o.sayf("failmigrate refused: librados on %s gave no own address (the window stays)", mHosts[on])
 				} else {
-					who := w.who(on, w.op.seq, engine.SourceFrontend)
 					switch {
 					case outcome == engine.FailedFromSource:
 						// internal/fencer/running.go jobAnswer: the
@@ -534,7 +536,7 @@ func (w *world) steps(b bound) []step {
 						who.Domain = w.sourceJobAnswer(src)
 					}
 					_, _ = w.call(o, crash, engine.SourceFrontend, "failmigrate", func(e *engine.Engine, c int, dry bool) (*engine.ClaimResult, error) {
-						return e.CloseWindow(ctx, who, w.imgsOf(c), mHosts[src], mHosts[dst], w.scope(on), outcome)
+						return e.CloseWindow(ctx, who, w.imgsOf(c), mHosts[src], mHosts[dst], scope, outcome)
 					})
 					// A failmigrate runs after a known failure of the
 					// action's own virsh migrate; a job fenced here is an
@@ -1084,6 +1086,14 @@ func (w *world) steps(b bound) []step {
 					}
 				}})
 		}
+		if w.feat.noSeen && !w.hosts[h].noSeen && w.budget.faults < b.faults {
+			add(step{name: fmt.Sprintf("FAULT: librados on %s gives no address for its steps' own client", mHosts[h]), budget: bFault,
+				run: func(w *world, o *stepOut, _ int) { w.hosts[h].noSeen = true }})
+		}
+		if w.hosts[h].noSeen {
+			add(step{name: fmt.Sprintf("%s: librados gives its client's address again", mHosts[h]),
+				run: func(w *world, o *stepOut, _ int) { w.hosts[h].noSeen = false }})
+		}
 		if w.feat.feCut && !w.hosts[h].feCut && !w.hosts[h].cut && w.budget.faults < b.faults {
 			add(step{name: fmt.Sprintf("FAULT: %s cut off from the front-end only (Ceph and the migration stream reach it)", mHosts[h]), budget: bFault,
 				run: func(w *world, o *stepOut, _ int) { w.hosts[h].feCut = true }})
@@ -1157,4 +1167,24 @@ func (w *world) reconnect(h int) {
 			w.attachClients(in, false) // the watch; a lock it held stayed
 		}
 	}
+}
+
+// closer is the Who and scope of a close step (postmigrate, failmigrate) on
+// host h, as internal/fencer builds them from the host's interfaces and the
+// address librados gives for the step's own client, and whether the close
+// may run there (engine.SeenKnown). Without that address (the host's
+// noSeen fault) the step refuses; the mutant seen-unknown-closes closes on
+// the interfaces alone: no identity, nothing behind, its own address the
+// whole scope (fencer hostView with no Seen).
+func (w *world) closer(o *stepOut, h int) (engine.Who, []netip.Addr, bool) {
+	who := w.who(h, w.op.seq, engine.SourceFrontend)
+	if !w.hosts[h].noSeen {
+		return who, w.scope(h), true
+	}
+	if engine.SeenKnown(true, nil) != nil && !mutant("seen-unknown-closes") {
+		return who, nil, false
+	}
+	view := engine.HostView{Own: []netip.Addr{mIP(h)}}
+	who.HostIPs, who.Behind = view.Identity(), view.Behind()
+	return who, view.Scope(), true
 }

@@ -783,6 +783,12 @@ func TestModelInvariantsCanFail(t *testing.T) {
 		// failmigrate on the destination fences "every client here" by the
 		// address Ceph sees, the running source's among them.
 		{"nat-close-by-address", "live-fenced", bound{depth: 8, changes: 1, faults: 1}, newWorldNAT},
+		// The close of a window on a host whose librados gave no address
+		// for the step's client (fencer: engine.SeenKnown) runs on the
+		// host's interfaces alone: behind the NAT, a failmigrate from the
+		// source (the destination cut off) takes every client, the running
+		// source's too, for another host's and fences it.
+		{"seen-unknown-closes", "live-fenced", bound{depth: 7, changes: 1, faults: 2}, newWorldNATNoSeen},
 		// Issue 31 item 2: a claim an older version wrote that nothing
 		// shows to be the VM's or another's is read as no claim (as
 		// before): after a restore of oned's database, the resume's start
@@ -873,6 +879,12 @@ func newWorldClusters() *world { return newWorldWith(&features{clusters: 2}) }
 // (issue 31 item 1): no address tells the hosts' clients apart.
 func newWorldNAT() *world {
 	return newWorldWith(&features{libvirt: true, create: true, nat: true, clusters: 1})
+}
+
+// newWorldNATNoSeen is newWorldNAT where librados may give a step no
+// address for its own client (the fault behind engine.SeenKnown).
+func newWorldNATNoSeen() *world {
+	return newWorldWith(&features{nat: true, noSeen: true, clusters: 1})
 }
 
 // migratedMissedClose are the steps from newWorld to a live migration
@@ -1017,6 +1029,7 @@ func TestModelWorlds(t *testing.T) {
 		{"legacy-claim-host-failure", newWorldLegacy, bound{depth: 6, changes: 1, faults: 1, ticks: 1}},
 		{"two-clusters", newWorldClusters, bound{depth: 9, changes: 2, faults: 1, ticks: 1}},
 		{"one-nat-toward-ceph", newWorldNAT, bound{depth: 9, changes: 2, faults: 1, ticks: 1}},
+		{"nat-no-own-address", newWorldNATNoSeen, bound{depth: 8, changes: 1, faults: 2, ticks: 1}},
 		// oned's database restored: every start is refused until the
 		// operator resets the claim (no fault heals that: not probed).
 		{"restored-database-legacy-claim", newWorldRestoredDB, bound{depth: 8, changes: 2, faults: 1, ticks: 1}},

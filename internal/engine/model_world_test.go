@@ -93,6 +93,9 @@ type features struct {
 	// nat: every host reaches Ceph through one NAT: the clients of each
 	// show Ceph mNAT, an address no host has (issue 31 item 1).
 	nat bool
+	// noSeen: librados on a host may give no address for the step's own
+	// client (a fault): the step cannot see the NAT (engine.SeenKnown).
+	noSeen bool
 }
 
 // imgsOf are the VM's disks in cluster c (the attached disk in cluster 0).
@@ -248,6 +251,9 @@ type hostState struct {
 	// markUsed: a prepare used the mark (internal/hook/mark.go Prepared)
 	markUsed bool
 	cut      bool // cut off from Ceph and from the front-end
+	// noSeen: librados on the host gives no address for a step's own
+	// client (features.noSeen).
+	noSeen bool
 	// silent: libvirtd does not answer (down, restarting, hung); QEMU runs on
 	silent bool
 	// feCut: the front-end cannot reach the host (features.feCut); only

@@ -118,25 +118,8 @@ func hostView(ips []netip.Addr, own []engine.Addr) engine.HostView {
 	return engine.HostView{Own: ips, Seen: engine.SeenIPs(own)}
 }
 
-// errSeenUnknown: librados gave no address for our client, so the address
-// Ceph sees for this host's clients is not known; a close of a live
-// migration's window, which fences by address, refuses rather than fence
-// on the host's interfaces alone (behind NAT that would fence the VM).
-var errSeenUnknown error = seenUnknownError{}
-
-type seenUnknownError struct{}
-
-func (seenUnknownError) Error() string {
-	return "refused, nothing fenced: librados gave no address for this host's Ceph client, so the address Ceph sees for its clients is unknown: retry the step"
-}
-
-func (seenUnknownError) Brief() string { return "librados gave no own address; retry the step" }
-
-// seenKnown is errSeenUnknown for the close of a window (op postmigrate or
-// failmigrate) when librados gave no address for our client (own).
+// seenKnown is engine.SeenKnown for the host step's op: a close of a
+// window is postmigrate or failmigrate.
 func seenKnown(op string, own []engine.Addr) error {
-	if len(own) == 0 && (op == hoststep.OpPostmigrate || op == hoststep.OpFailmigrate) {
-		return errSeenUnknown
-	}
-	return nil
+	return engine.SeenKnown(op == hoststep.OpPostmigrate || op == hoststep.OpFailmigrate, own)
 }

@@ -264,8 +264,8 @@ func TestHostView(t *testing.T) {
 // address Ceph sees for the VM's QEMU for another host's).
 func TestCloseViewNeedsCephsAnswer(t *testing.T) {
 	for _, op := range []string{hoststep.OpPostmigrate, hoststep.OpFailmigrate} {
-		if err := seenKnown(op, nil); !errors.Is(err, errSeenUnknown) || !strings.HasPrefix(err.Error(), "refused, nothing fenced: ") {
-			t.Fatalf("%s without an address from librados: %v, want errSeenUnknown", op, err)
+		if err := seenKnown(op, nil); !errors.Is(err, engine.ErrSeenUnknown) || !strings.HasPrefix(err.Error(), "refused, nothing fenced: ") {
+			t.Fatalf("%s without an address from librados: %v, want engine.ErrSeenUnknown", op, err)
 		}
 	}
 	a, _ := engine.ParseAddr("203.0.113.9:0/5")
