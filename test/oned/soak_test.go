@@ -440,10 +440,10 @@ func (k *soak) judge(after string) {
 	t, s := k.t, k.s
 	k.judged++
 	for _, vm := range k.vms {
-		v := s.ShowVM(t, vm)
+		v, states := k.agreed(vm)
 		var running []Host
 		for _, h := range s.Hosts {
-			if s.DomainState(t, h, vm) == "running" {
+			if states[h.Name] == "running" {
 				running = append(running, h)
 			}
 		}
@@ -459,7 +459,7 @@ func (k *soak) judge(after string) {
 				t.Fatalf("after %s: VM %d has two writers of disk %d, on %v (oned: %s)", after, vm, d, writers, v)
 			}
 			if v.Running() && !slices.Contains(writers, v.Host()) {
-				t.Fatalf("after %s: oned shows VM %d RUNNING on %s, but the writers of its disk %d are %v: the live VM was fenced or is not there\n%s", after, vm, v.Host(), d, writers, s.VMLog(t, vm))
+				t.Fatalf("after %s: oned shows VM %d RUNNING on %s, libvirt there runs it, but the writers of its disk %d are %v (domains: %v): the live VM was fenced\n%s", after, vm, v.Host(), d, writers, states, s.VMLog(t, vm))
 			}
 		}
 	}
@@ -482,4 +482,36 @@ func hasImage(v *VM, id string) bool {
 		}
 	}
 	return false
+}
+
+// agreed is VM vm as oned shows it and the state of its domain on each
+// host (virsh domstate, "" for none), once oned and libvirt agree on
+// whether it runs: oned shows it RUNNING only where libvirt runs it. They
+// may disagree for a while, with no live VM anywhere to fence: oned's
+// monitor "found again" a VM it had powered off (its host's state sync),
+// or has not yet seen a domain go. The judge waits up to 3 minutes for
+// them (counted); a VM oned keeps RUNNING where libvirt does not run it
+// fails the soak.
+func (k *soak) agreed(vm int) (*VM, map[string]string) {
+	t, s := k.t, k.s
+	deadline := time.Now().Add(3 * time.Minute)
+	waited := false
+	for {
+		v := s.ShowVM(t, vm)
+		states := map[string]string{}
+		for _, h := range s.Hosts {
+			states[h.Name] = s.DomainState(t, h, vm)
+		}
+		if !v.Running() || states[v.Host()] == "running" {
+			return v, states
+		}
+		if !waited {
+			waited = true
+			k.counts["oned RUNNING, libvirt not (waited)"]++
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("oned has shown VM %d RUNNING on %s for 3 minutes while libvirt's domains are %v\n%s", vm, v.Host(), states, s.VMLog(t, vm))
+		}
+		time.Sleep(2 * time.Second)
+	}
 }
