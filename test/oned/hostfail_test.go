@@ -386,19 +386,33 @@ func (s *Stack) startLibvirtd(t *testing.T, h Host) {
 // returned heal runs, or the test ends.
 func (s *Stack) cutCeph(t *testing.T, h Host) (heal func()) {
 	t.Helper()
+	return s.hostRules(t, h, "cephcut", "cephheal")
+}
+
+// stallSSH drops every packet host h's sshd sends (hosts.sh sshstall)
+// until the returned heal runs, or the test ends.
+func (s *Stack) stallSSH(t *testing.T, h Host) (heal func()) {
+	t.Helper()
+	return s.hostRules(t, h, "sshstall", "sshheal")
+}
+
+// hostRules runs hosts.sh on for host h and returns what runs hosts.sh
+// off, once, at the latest when the test ends.
+func (s *Stack) hostRules(t *testing.T, h Host, on, off string) (heal func()) {
+	t.Helper()
 	run := func(op string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_, err := sh(ctx, "", "hosts.sh", op, h.Name)
 		return err
 	}
-	if err := run("cephcut"); err != nil {
+	if err := run(on); err != nil {
 		t.Fatal(err)
 	}
 	var once sync.Once
 	heal = func() {
 		once.Do(func() {
-			if err := run("cephheal"); err != nil {
+			if err := run(off); err != nil {
 				t.Error(err)
 			}
 		})

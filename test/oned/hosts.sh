@@ -10,6 +10,8 @@
 #                                        QEMU and their Ceph clients go on
 #   test/oned/hosts.sh cephcut|cephheal NAME  cut the host off the Ceph
 #                                        cluster (and heal it)
+#   test/oned/hosts.sh sshstall|sshheal NAME  drop every packet the host's
+#                                        sshd sends (and stop dropping)
 #   test/oned/hosts.sh nat NAME ADDR|unnat NAME  the host reaches Ceph
 #                                        through a source NAT, as ADDR (and
 #                                        directly again)
@@ -294,6 +296,14 @@ CEPH_CUT_RULES=(
 	"pref 1095 to $BRIDGE_IP dport 16798 blackhole"
 	"pref 1096 to $BRIDGE_IP dport 6800-7300 blackhole"
 )
+# sshstall / sshheal NAME: every packet host NAME's sshd sends (tcp sport
+# 22, to the front-ends and to the other hosts' migration tunnels) is
+# dropped until sshheal: its ssh sessions stall, new connections wait in
+# SYN retransmission, and TCP resumes them once healed: a slowed ssh
+# (the kernel here has no netem to delay packets).
+SSH_STALL_RULES=(
+	"pref 1097 to 0.0.0.0/0 ipproto tcp sport 22 blackhole"
+)
 
 # nat NAME ADDR / unnat NAME: host NAME reaches the Ceph clusters through a
 # source NAT (and no longer does). Ceph runs in the root namespace, so the
@@ -425,7 +435,7 @@ main() {
 		*) die "usage: $PROG libvirtd NAME start|stop|restart" ;;
 		esac
 		;;
-	cut | heal | cephcut | cephheal)
+	cut | heal | cephcut | cephheal | sshstall | sshheal)
 		[ $# -eq 1 ] || die "usage: $PROG $cmd NAME"
 		valid_host "$1"
 		case "$cmd" in
@@ -433,6 +443,8 @@ main() {
 		heal) rules_del "$1" "${CUT_RULES[@]}" ;;
 		cephcut) rules_add "$1" "${CEPH_CUT_RULES[@]}" ;;
 		cephheal) rules_del "$1" "${CEPH_CUT_RULES[@]}" ;;
+		sshstall) rules_add "$1" "${SSH_STALL_RULES[@]}" ;;
+		sshheal) rules_del "$1" "${SSH_STALL_RULES[@]}" ;;
 		esac
 		;;
 	nat)
@@ -445,7 +457,7 @@ main() {
 		valid_host "$1"
 		nat_del "$1"
 		;;
-	*) die "usage: $PROG up NAME...|down|exec NAME CMD...|libvirtd NAME start|stop|restart|cut|heal|cephcut|cephheal NAME|nat NAME ADDR|unnat NAME" ;;
+	*) die "usage: $PROG up NAME...|down|exec NAME CMD...|libvirtd NAME start|stop|restart|cut|heal|cephcut|cephheal|sshstall|sshheal NAME|nat NAME ADDR|unnat NAME" ;;
 	esac
 }
 

@@ -20,7 +20,9 @@ import (
 // suspend/resume, undeploy/deploy, live and cold migration) or a fault (a
 // zombie QEMU of the VM started by hand with `virsh create` of its domain
 // XML on the other host; with RBDFENCE_SOAK_HOST_FAULTS=1, as make soak
-// sets it, libvirtd restarted on a host). After each step:
+// sets it, libvirtd restarted on a host, a host cut off Ceph, oned
+// restarted, a host's ssh stalled, each across an operation). After each
+// step:
 //   - no two writers: of the VM's domains on every host, at most one
 //     completes a write (HMP qemu-io) to its disk;
 //   - the live VM is never fenced: the domain oned shows RUNNING runs on
@@ -156,7 +158,7 @@ func (k *soak) step(vm int) string {
 			ops = append(ops, "disk-detach")
 		}
 		if k.hostFaults {
-			ops = append(ops, "libvirtd-restart", "ceph-cut", "oned-restart")
+			ops = append(ops, "libvirtd-restart", "ceph-cut", "oned-restart", "ssh-stall")
 		}
 		op = pick(ops...)
 	case v.State == StatePoweroff, v.State == StateSuspended:
@@ -221,7 +223,7 @@ func (k *soak) step(vm int) string {
 		time.Sleep(time.Duration(1+k.rng.IntN(4)) * time.Second)
 		s.startLibvirtd(t, h)
 		return op + " on " + h.Name
-	case "ceph-cut", "oned-restart":
+	case "ceph-cut", "oned-restart", "ssh-stall":
 		return k.faultDuring(op, vm, here)
 	}
 	return op + " on " + here
@@ -229,9 +231,11 @@ func (k *soak) step(vm int) string {
 
 // faultDuring runs a fault across an operation of VM vm (on host here):
 // ceph-cut cuts a random host off the Ceph cluster, issues the operation,
-// heals the cut after 1-5 s; oned-restart issues the operation and
-// restarts oned (and its monitor, scheduler and hook manager) 0-3 s into
-// it. The operation may fail, or oned may lose it: the VM is then settled
+// heals the cut after 1-5 s; ssh-stall drops what the sshd of the VM's
+// host or of the other host sends (hosts.sh sshstall) from after the stop
+// that comes first to 1-8 s after the operation was issued;
+// oned-restart issues the operation and restarts oned (and its monitor,
+// scheduler and hook manager) 0-3 s into it. The operation may fail, or oned may lose it: the VM is then settled
 // by the README's recovery steps (settle), and the judge checks it as
 // after any step.
 func (k *soak) faultDuring(fault string, vm int, here string) string {
@@ -244,12 +248,22 @@ func (k *soak) faultDuring(fault string, vm int, here string) string {
 			k.counts[fault+": "+args[1]+" refused by oned"]++
 		}
 	}
+	// heal ends the fault; begin starts it where its kind says: a Ceph cut
+	// from before the stop (a stop needs no Ceph), an ssh stall after it
+	// (oned's stop would wait for the stall), right before the start.
 	var heal func()
+	begin := func() {}
 	desc := fault
-	if fault == "ceph-cut" {
+	switch fault {
+	case "ceph-cut":
 		cut := s.Hosts[k.rng.IntN(len(s.Hosts))]
 		heal = s.cutCeph(t, cut)
 		desc += " of " + cut.Name
+	case "ssh-stall":
+		h := []Host{s.Host(t, here), to}[k.rng.IntN(2)]
+		heal = func() {}
+		begin = func() { heal = s.stallSSH(t, h) }
+		desc += " of " + h.Name
 	}
 	restart := func() {
 		time.Sleep(time.Duration(k.rng.IntN(3000)) * time.Millisecond)
@@ -261,9 +275,11 @@ func (k *soak) faultDuring(fault string, vm int, here string) string {
 	}
 	switch op {
 	case "migrate-live":
+		begin()
 		issue("onevm", "migrate", "--live", id, to.Name)
 		desc += " during migrate-live " + here + " -> " + to.Name
 	case "migrate-cold":
+		begin()
 		issue("onevm", "migrate", id, to.Name)
 		desc += " during migrate-cold " + here + " -> " + to.Name
 	case "poweroff-resume", "undeploy-deploy":
@@ -281,7 +297,9 @@ func (k *soak) faultDuring(fault string, vm int, here string) string {
 		desc += " during " + op
 	}
 	if heal != nil {
-		// The cut holds from before the start (a stop needs no Ceph).
+		if op == "poweroff-resume" || op == "undeploy-deploy" {
+			begin()
+		}
 		switch op {
 		case "poweroff-resume":
 			issue("onevm", "resume", id)
@@ -289,7 +307,11 @@ func (k *soak) faultDuring(fault string, vm int, here string) string {
 			issue("onevm", "deploy", id, to.Name, strconv.Itoa(s.SystemDS))
 			desc += " on " + to.Name
 		}
-		time.Sleep(time.Duration(1+k.rng.IntN(5)) * time.Second)
+		wait := 1 + k.rng.IntN(5)
+		if fault == "ssh-stall" {
+			wait = 1 + k.rng.IntN(8)
+		}
+		time.Sleep(time.Duration(wait) * time.Second)
 		heal()
 	} else {
 		if op == "undeploy-deploy" {
