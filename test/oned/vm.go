@@ -246,7 +246,18 @@ func (s *Stack) WaitRunning(t testenv.T, id int) *VM {
 // failureLCM: the *_FAILURE LCM states (include/VirtualMachine.h).
 func failureLCM(lcm int) bool {
 	switch lcm {
-	case 14, 36, 37, 38, 39, 40, 41, 42, 44, 46, 47, 50:
+	case 14, 36, 37, 38, 39, 40, 41, 42, 44, 46, 47, 48, 49, 50, 61:
+		return true
+	}
+	return false
+}
+
+// prologLCM says whether LCM state lcm is a PROLOG state or its failure,
+// where oned's transfer moves the VM's directory to its host
+// (include/VirtualMachine.h:76-140 of release-7.4.0).
+func prologLCM(lcm int) bool {
+	switch lcm {
+	case 1, 8, 9, 31, 38, 39, 43, 44, 45, 46, 49, 50, 60, 61:
 		return true
 	}
 	return false
