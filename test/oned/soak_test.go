@@ -386,12 +386,15 @@ func (k *soak) settle(vm int) string {
 			how = "--retry"
 		case where != "" && where == v.Host():
 			how = "--success"
-		case where == "" && prologLCM(v.LCM) && k.vmDirOn(v):
-			// A transfer oned lost in a restart had moved the VM's
-			// directory already: its retry fails (tm/ceph/mv's tar of a
-			// source that is gone), and what the operator runs is
-			// --success, the prolog's success: the boot, which rbdfence
-			// checks (LifeCycleActions.cc:1371-1392 of release-7.4.0).
+		case where == "" && prologLCM(v.LCM):
+			// A transfer oned lost in a restart that had completed: its
+			// retry failed, and deleted the VM's directory on the
+			// destination first (tm/ceph/mv:84 removes the target path,
+			// then the tar of a source already moved fails: seed 13, step
+			// 12). The disks are in Ceph and the boot remakes the
+			// directory, so the operator runs --success, the prolog's
+			// success: the boot, which rbdfence checks
+			// (LifeCycleActions.cc:1371-1392 of release-7.4.0).
 			how = "--success"
 		default:
 			how = "--failure"
@@ -408,18 +411,6 @@ func (k *soak) settle(vm int) string {
 		last = -1
 		time.Sleep(2 * time.Second)
 	}
-}
-
-// vmDirOn says whether VM v's directory in the system datastore is on
-// the host oned's transfer moves it to (v's host).
-func (k *soak) vmDirOn(v *VM) bool {
-	t, s := k.t, k.s
-	dir := fmt.Sprintf("/var/lib/one/datastores/%d/%d", s.SystemDS, v.ID)
-	out, err := s.TryHost(s.Host(t, v.Host()), "test -d "+dir+" && echo yes || true")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(out) == "yes"
 }
 
 // stateName is a VM's state for the soak's log.
