@@ -233,11 +233,11 @@ func (k *soak) step(vm int) string {
 // ceph-cut cuts a random host off the Ceph cluster, issues the operation,
 // heals the cut after 1-5 s; ssh-stall drops what the sshd of the VM's
 // host or of the other host sends (hosts.sh sshstall) from after the stop
-// that comes first to 1-8 s after the operation was issued;
-// oned-restart issues the operation and restarts oned (and its monitor,
-// scheduler and hook manager) 0-3 s into it. The operation may fail, or oned may lose it: the VM is then settled
-// by the README's recovery steps (settle), and the judge checks it as
-// after any step.
+// that comes first to 1-8 s after the operation was issued; oned-restart
+// issues the operation and restarts oned (and its monitor, scheduler and
+// hook manager) 0-3 s into it. The operation may fail, or oned may lose
+// it: the VM is then settled by the README's recovery steps (settle), and
+// the judge checks it as after any step.
 func (k *soak) faultDuring(fault string, vm int, here string) string {
 	t, s := k.t, k.s
 	id := strconv.Itoa(vm)
@@ -248,22 +248,24 @@ func (k *soak) faultDuring(fault string, vm int, here string) string {
 			k.counts[fault+": "+args[1]+" refused by oned"]++
 		}
 	}
-	// heal ends the fault; begin starts it where its kind says: a Ceph cut
-	// from before the stop (a stop needs no Ceph), an ssh stall after it
-	// (oned's stop would wait for the stall), right before the start.
+	// begin starts the fault (oned-restart has none to begin) and sets
+	// heal: a Ceph cut from before the stop (a stop needs no Ceph), an ssh
+	// stall right before the start (oned's stop would wait for it).
 	var heal func()
-	begin := func() {}
+	var begin func()
 	desc := fault
 	switch fault {
 	case "ceph-cut":
 		cut := s.Hosts[k.rng.IntN(len(s.Hosts))]
-		heal = s.cutCeph(t, cut)
+		begin = func() { heal = s.cutCeph(t, cut) }
 		desc += " of " + cut.Name
 	case "ssh-stall":
 		h := []Host{s.Host(t, here), to}[k.rng.IntN(2)]
-		heal = func() {}
 		begin = func() { heal = s.stallSSH(t, h) }
 		desc += " of " + h.Name
+	}
+	if fault == "ceph-cut" {
+		begin()
 	}
 	restart := func() {
 		time.Sleep(time.Duration(k.rng.IntN(3000)) * time.Millisecond)
@@ -275,11 +277,15 @@ func (k *soak) faultDuring(fault string, vm int, here string) string {
 	}
 	switch op {
 	case "migrate-live":
-		begin()
+		if fault == "ssh-stall" {
+			begin()
+		}
 		issue("onevm", "migrate", "--live", id, to.Name)
 		desc += " during migrate-live " + here + " -> " + to.Name
 	case "migrate-cold":
-		begin()
+		if fault == "ssh-stall" {
+			begin()
+		}
 		issue("onevm", "migrate", id, to.Name)
 		desc += " during migrate-cold " + here + " -> " + to.Name
 	case "poweroff-resume", "undeploy-deploy":
@@ -287,7 +293,7 @@ func (k *soak) faultDuring(fault string, vm int, here string) string {
 		if op == "poweroff-resume" {
 			s.One(t, "onevm", "poweroff", "--hard", id)
 			s.WaitVM(t, vm, "POWEROFF", CmdTimeout, func(v *VM) bool { return v.State == StatePoweroff })
-			if heal == nil {
+			if begin == nil {
 				issue("onevm", "resume", id)
 			}
 		} else {
@@ -296,8 +302,8 @@ func (k *soak) faultDuring(fault string, vm int, here string) string {
 		}
 		desc += " during " + op
 	}
-	if heal != nil {
-		if op == "poweroff-resume" || op == "undeploy-deploy" {
+	if begin != nil {
+		if fault == "ssh-stall" && (op == "poweroff-resume" || op == "undeploy-deploy") {
 			begin()
 		}
 		switch op {
@@ -328,9 +334,10 @@ func (k *soak) faultDuring(fault string, vm int, here string) string {
 // (a *_FAILURE or UNKNOWN state, or the same transient state for 90 s: an
 // action oned lost in a restart), recovers it as the README says, by where
 // the VM's domain runs (ground truth: virsh on the hosts): `onevm recover
-// --retry` first, then --success if it runs on oned's host or --failure if
-// not; then `onevm resume` for a VM left POWEROFF or UNKNOWN and not
-// running. It says what it did; a VM still stuck after 6 minutes fails the
+// --retry` first, then --success if it runs on oned's host or, for a
+// PROLOG state with no domain anywhere, if the retry failed (the boot
+// remakes the VM's directory), --failure if not; then `onevm resume` for
+// a VM left POWEROFF or UNKNOWN and not running. It says what it did; a VM still stuck after 6 minutes fails the
 // soak ("nothing blocked for good").
 func (k *soak) settle(vm int) string {
 	t, s := k.t, k.s

@@ -253,8 +253,9 @@ func failureLCM(lcm int) bool {
 }
 
 // prologLCM says whether LCM state lcm is a PROLOG state or its failure,
-// where oned's transfer moves the VM's directory to its host
-// (include/VirtualMachine.h:76-140 of release-7.4.0).
+// whose recover --success is the boot (include/VirtualMachine.h:76-140 and
+// src/lcm/LifeCycleActions.cc:1371-1392 of release-7.4.0; in 60 and 61,
+// from a host in UNKNOWN, tm/ceph/mv moves nothing).
 func prologLCM(lcm int) bool {
 	switch lcm {
 	case 1, 8, 9, 31, 38, 39, 43, 44, 45, 46, 49, 50, 60, 61:
