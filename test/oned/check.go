@@ -89,15 +89,30 @@ func (s *Stack) QEMUClients(t testenv.T, h Host, image string) []string {
 	return out
 }
 
-// DomainState is `virsh domstate one-ID` on h ("" when the domain does not
-// exist there).
+// DomainState is `virsh domstate one-ID` on h, "" when libvirt answers
+// that h has no such domain. A virsh that fails (libvirtd restarting,
+// stopped, or the host's shell unreachable) is no answer, not "no domain":
+// it is asked again for up to a minute, then the test fails, so that no
+// caller (the soak's recovery above all) acts on a missing answer.
 func (s *Stack) DomainState(t testenv.T, h Host, vm int) string {
 	t.Helper()
-	out, err := s.TryHost(h, fmt.Sprintf("virsh -q domstate one-%d 2>/dev/null || true", vm))
-	if err != nil {
-		t.Fatal(err)
+	name := fmt.Sprintf("one-%d", vm)
+	// list answers for every domain; domstate alone cannot tell "no such
+	// domain" from other failures by its exit status.
+	cmd := fmt.Sprintf(`names=$(virsh -q list --all --name) || exit 1
+printf '%%s\n' "$names" | grep -qx %[1]s || exit 0
+virsh -q domstate %[1]s`, name)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := s.TryHost(h, cmd)
+		if err == nil {
+			return strings.TrimSpace(out)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("state of domain %s on %s unknown: virsh gave no answer for a minute: %v", name, h.Name, err)
+		}
+		time.Sleep(time.Second)
 	}
-	return strings.TrimSpace(out)
 }
 
 // WaitFenced waits until the QEMU of VM vm on host h can no longer write
