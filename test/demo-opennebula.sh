@@ -8,8 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=${RBDFENCE_TEST_ROOT:-/tmp/rbdfence-test}
-if [ ! -d /var/cache/rbdfence-test/opennebula ] || ! ls /var/cache/rbdfence-test/opennebula/7.4.0-*/install >/dev/null 2>&1; then
-	echo "demo-opennebula: building OpenNebula 7.4.0 from ../shared/opennebula first (about 5 minutes on 2 cores, once: cached in /var/cache/rbdfence-test)"
+CACHE=${RBDFENCE_ONED_CACHE:-/var/cache/rbdfence-test/opennebula}
+if ! ls "$CACHE"/7.4.0-*/install >/dev/null 2>&1; then
+	echo "demo-opennebula: building OpenNebula 7.4.0 from ../shared/opennebula first (about 5 minutes on 2 cores, once: cached in $CACHE)"
 fi
 rc=0
 RBDFENCE_DEMO_OPENNEBULA=1 go test -tags pacific -count=1 -timeout 40m -v -run '^TestDemoOpenNebula$' ./test/oned || rc=$?

@@ -3,9 +3,12 @@ package oned
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -396,23 +399,62 @@ func (s *Stack) stallSSH(t *testing.T, h Host) (heal func()) {
 	return s.hostRules(t, h, "sshstall", "sshheal")
 }
 
+// hangLibvirtd stops libvirtd on h with SIGSTOP (hosts.sh libvirtd hang:
+// its sockets accept, nothing answers) until the returned heal continues
+// it, or the test ends.
+func (s *Stack) hangLibvirtd(t *testing.T, h Host) (heal func()) {
+	t.Helper()
+	return undoable(t, func() error { return hostsSh("libvirtd", h.Name, "hang") },
+		func() error { return hostsSh("libvirtd", h.Name, "cont") })
+}
+
+// pauseMon stops the stack's Ceph monitor, its only one, with SIGSTOP
+// until the returned heal continues it, or the test ends: no client can
+// connect, open clients' I/O to the OSD goes on.
+func (s *Stack) pauseMon(t *testing.T) (heal func()) {
+	t.Helper()
+	f := filepath.Join(s.Ceph.Dir, "run", "mon.pid")
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatalf("mon-pause: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("mon-pause: %s holds no pid: %q", f, b)
+	}
+	if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) != "ceph-mon" {
+		t.Fatalf("mon-pause: process %d of %s is not ceph-mon (%q)", pid, f, comm)
+	}
+	return undoable(t, func() error { return syscall.Kill(pid, syscall.SIGSTOP) },
+		func() error { return syscall.Kill(pid, syscall.SIGCONT) })
+}
+
 // hostRules runs hosts.sh on for host h and returns what runs hosts.sh
 // off, once, at the latest when the test ends.
 func (s *Stack) hostRules(t *testing.T, h Host, on, off string) (heal func()) {
 	t.Helper()
-	run := func(op string) error {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, err := sh(ctx, "", "hosts.sh", op, h.Name)
-		return err
-	}
-	if err := run(on); err != nil {
+	return undoable(t, func() error { return hostsSh(on, h.Name) }, func() error { return hostsSh(off, h.Name) })
+}
+
+// hostsSh runs hosts.sh with args, bounded by a minute.
+func hostsSh(args ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := sh(ctx, "", "hosts.sh", args...)
+	return err
+}
+
+// undoable runs do and returns what runs undo, once, at the latest when the
+// test ends.
+func undoable(t *testing.T, do, undo func() error) (heal func()) {
+	t.Helper()
+	if err := do(); err != nil {
 		t.Fatal(err)
 	}
 	var once sync.Once
 	heal = func() {
 		once.Do(func() {
-			if err := run(off); err != nil {
+			if err := undo(); err != nil {
 				t.Error(err)
 			}
 		})

@@ -3,7 +3,9 @@
 #
 #   test/oned/hosts.sh up NAME...        bridge, then each host (idempotent)
 #   test/oned/hosts.sh down              stop every host, delete what up made
-#   test/oned/hosts.sh libvirtd NAME start|stop|restart
+#   test/oned/hosts.sh libvirtd NAME start|stop|restart|hang|cont
+#                                        (hang: SIGSTOP, libvirtd hung with
+#                                        its sockets open; cont: SIGCONT)
 #   test/oned/hosts.sh exec NAME CMD...  run CMD on host NAME (as root)
 #   test/oned/hosts.sh cut|heal NAME     cut the host off the front-ends'
 #                                        network (and heal it): libvirtd,
@@ -272,6 +274,16 @@ libvirt_stop() {
 	kill -KILL "$pid" 2>/dev/null || true
 }
 
+# libvirt_signal SIG: send SIG (STOP: libvirtd hangs, its sockets still
+# accept; CONT: it goes on) to the host's libvirtd; an error when none runs.
+libvirt_signal() {
+	local pid
+	pid=$(cat /run/libvirt/libvirtd.pid 2>/dev/null || true)
+	[[ $pid =~ ^[0-9]+$ ]] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = libvirtd ] ||
+		die "libvirtd: none runs on $(hostname) to send SIG$1"
+	kill "-$1" "$pid"
+}
+
 # cut / heal NAME: a network partition between the front-ends and host NAME
 # that leaves its path to Ceph alone. In the host's network namespace,
 # policy rules (ip rule, no netfilter needed) blackhole what the host sends
@@ -426,13 +438,15 @@ main() {
 		ns_exec "$@"
 		;;
 	libvirtd)
-		[ $# -eq 2 ] || die "usage: $PROG libvirtd NAME start|stop|restart"
+		[ $# -eq 2 ] || die "usage: $PROG libvirtd NAME start|stop|restart|hang|cont"
 		valid_host "$1"
 		case "$2" in
 		start) ns_exec "$1" bash -c "source '$SCRIPT'; libvirt_start" ;;
 		stop) ns_exec "$1" bash -c "source '$SCRIPT'; libvirt_stop" ;;
 		restart) ns_exec "$1" bash -c "source '$SCRIPT'; libvirt_stop; libvirt_start" ;;
-		*) die "usage: $PROG libvirtd NAME start|stop|restart" ;;
+		hang) ns_exec "$1" bash -c "source '$SCRIPT'; libvirt_signal STOP" ;;
+		cont) ns_exec "$1" bash -c "source '$SCRIPT'; libvirt_signal CONT" ;;
+		*) die "usage: $PROG libvirtd NAME start|stop|restart|hang|cont" ;;
 		esac
 		;;
 	cut | heal | cephcut | cephheal | sshstall | sshheal)
@@ -457,7 +471,7 @@ main() {
 		valid_host "$1"
 		nat_del "$1"
 		;;
-	*) die "usage: $PROG up NAME...|down|exec NAME CMD...|libvirtd NAME start|stop|restart|cut|heal|cephcut|cephheal|sshstall|sshheal NAME|nat NAME ADDR|unnat NAME" ;;
+	*) die "usage: $PROG up NAME...|down|exec NAME CMD...|libvirtd NAME start|stop|restart|hang|cont|cut|heal|cephcut|cephheal|sshstall|sshheal NAME|nat NAME ADDR|unnat NAME" ;;
 	esac
 }
 

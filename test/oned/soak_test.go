@@ -17,12 +17,13 @@ import (
 // 7.4.0 stack, judged after every step by what QEMU shows, never by
 // rbdfence's own view. A seeded generator picks, one step at a time, an
 // OpenNebula operation valid in the VM's state (poweroff/resume,
-// suspend/resume, undeploy/deploy, live and cold migration) or a fault (a
-// zombie QEMU of the VM started by hand with `virsh create` of its domain
-// XML on the other host; with RBDFENCE_SOAK_HOST_FAULTS=1, as make soak
-// sets it, libvirtd restarted on a host, a host cut off Ceph, oned
-// restarted, a host's ssh stalled, each across an operation). After each
-// step:
+// suspend/resume, undeploy/deploy, stop/deploy, live and cold migration,
+// disk-attach/detach) or a fault (a zombie QEMU of the VM started by hand
+// with `virsh create` of its domain XML on the other host; with
+// RBDFENCE_SOAK_HOST_FAULTS=1, as make soak sets it, libvirtd restarted on
+// a host, a host cut off Ceph, oned restarted, a host's ssh stalled, its
+// libvirtd hung, the Ceph monitor paused, each across an operation). After
+// each step:
 //   - no two writers: of the VM's domains on every host, at most one
 //     completes a write (HMP qemu-io) to its disk;
 //   - the live VM is never fenced: the domain oned shows RUNNING runs on
@@ -151,19 +152,21 @@ func (k *soak) step(vm int) string {
 	var op string
 	switch {
 	case v.Running():
-		ops := []string{"poweroff", "suspend", "undeploy", "migrate-live", "migrate-live", "migrate-cold", "zombie", "zombie"}
+		ops := []string{"poweroff", "suspend", "undeploy", "stop", "migrate-live", "migrate-live", "migrate-cold", "zombie", "zombie"}
 		if k.hot[vm] == "" {
 			ops = append(ops, "disk-attach")
 		} else {
 			ops = append(ops, "disk-detach")
 		}
 		if k.hostFaults {
-			ops = append(ops, "libvirtd-restart", "ceph-cut", "oned-restart", "ssh-stall")
+			ops = append(ops, "libvirtd-restart", "ceph-cut", "oned-restart", "ssh-stall", "libvirtd-hang", "mon-pause")
 		}
 		op = pick(ops...)
 	case v.State == StatePoweroff, v.State == StateSuspended:
 		op = "resume"
-	case v.State == StateUndeploy:
+	case v.State == StateUndeploy, v.State == StateStopped:
+		// A STOPPED VM is deployed as an UNDEPLOYED one
+		// (DispatchManagerActions.cc:59-62 of release-7.4.0).
 		op = "deploy"
 	default:
 		t.Fatalf("VM %d is in no state a step starts from: %s\n%s", vm, v, s.VMLog(t, vm))
@@ -181,6 +184,9 @@ func (k *soak) step(vm int) string {
 	case "undeploy":
 		s.One(t, "onevm", "undeploy", "--hard", id)
 		s.WaitVM(t, vm, "UNDEPLOYED", CmdTimeout, func(v *VM) bool { return v.State == StateUndeploy })
+	case "stop":
+		s.One(t, "onevm", "stop", id)
+		s.WaitVM(t, vm, "STOPPED", CmdTimeout, func(v *VM) bool { return v.State == StateStopped })
 	case "resume":
 		s.One(t, "onevm", "resume", id)
 		s.WaitRunning(t, vm)
@@ -223,7 +229,7 @@ func (k *soak) step(vm int) string {
 		time.Sleep(time.Duration(1+k.rng.IntN(4)) * time.Second)
 		s.startLibvirtd(t, h)
 		return op + " on " + h.Name
-	case "ceph-cut", "oned-restart", "ssh-stall":
+	case "ceph-cut", "oned-restart", "ssh-stall", "libvirtd-hang", "mon-pause":
 		return k.faultDuring(op, vm, here)
 	}
 	return op + " on " + here
@@ -232,8 +238,10 @@ func (k *soak) step(vm int) string {
 // faultDuring runs a fault across an operation of VM vm (on host here):
 // ceph-cut cuts a random host off the Ceph cluster, issues the operation,
 // heals the cut after 1-5 s; ssh-stall drops what the sshd of the VM's
-// host or of the other host sends (hosts.sh sshstall) from after the stop
-// that comes first to 1-8 s after the operation was issued; oned-restart
+// host or of the other host sends (hosts.sh sshstall), libvirtd-hang stops
+// the libvirtd of one of them with SIGSTOP, mon-pause the Ceph cluster's
+// only monitor, each from after the stop that comes first to 1-8 s after
+// the operation was issued; oned-restart
 // issues the operation and restarts oned (and its monitor, scheduler and
 // hook manager) 0-3 s into it. The operation may fail, or oned may lose
 // it: the VM is then settled by the README's recovery steps (settle), and
@@ -249,8 +257,8 @@ func (k *soak) faultDuring(fault string, vm int, here string) string {
 		}
 	}
 	// begin starts the fault (oned-restart has none to begin) and sets
-	// heal: a Ceph cut from before the stop (a stop needs no Ceph), an ssh
-	// stall right before the start (oned's stop would wait for it).
+	// heal: a Ceph cut from before the stop (a stop needs no Ceph); the
+	// others right before the start (oned's stop would wait for them).
 	var heal func()
 	var begin func()
 	desc := fault
@@ -263,7 +271,14 @@ func (k *soak) faultDuring(fault string, vm int, here string) string {
 		h := []Host{s.Host(t, here), to}[k.rng.IntN(2)]
 		begin = func() { heal = s.stallSSH(t, h) }
 		desc += " of " + h.Name
+	case "libvirtd-hang":
+		h := []Host{s.Host(t, here), to}[k.rng.IntN(2)]
+		begin = func() { heal = s.hangLibvirtd(t, h) }
+		desc += " of " + h.Name
+	case "mon-pause":
+		begin = func() { heal = s.pauseMon(t) }
 	}
+	late := fault != "ceph-cut"
 	if fault == "ceph-cut" {
 		begin()
 	}
@@ -277,13 +292,13 @@ func (k *soak) faultDuring(fault string, vm int, here string) string {
 	}
 	switch op {
 	case "migrate-live":
-		if fault == "ssh-stall" {
+		if begin != nil && late {
 			begin()
 		}
 		issue("onevm", "migrate", "--live", id, to.Name)
 		desc += " during migrate-live " + here + " -> " + to.Name
 	case "migrate-cold":
-		if fault == "ssh-stall" {
+		if begin != nil && late {
 			begin()
 		}
 		issue("onevm", "migrate", id, to.Name)
@@ -303,7 +318,7 @@ func (k *soak) faultDuring(fault string, vm int, here string) string {
 		desc += " during " + op
 	}
 	if begin != nil {
-		if fault == "ssh-stall" && (op == "poweroff-resume" || op == "undeploy-deploy") {
+		if late && (op == "poweroff-resume" || op == "undeploy-deploy") {
 			begin()
 		}
 		switch op {
@@ -314,7 +329,7 @@ func (k *soak) faultDuring(fault string, vm int, here string) string {
 			desc += " on " + to.Name
 		}
 		wait := 1 + k.rng.IntN(5)
-		if fault == "ssh-stall" {
+		if late {
 			wait = 1 + k.rng.IntN(8)
 		}
 		time.Sleep(time.Duration(wait) * time.Second)
@@ -360,7 +375,7 @@ func (k *soak) settle(vm int) string {
 			last, since = state, time.Now()
 		}
 		switch {
-		case v.Running(), v.State == StatePoweroff, v.State == StateSuspended, v.State == StateUndeploy:
+		case v.Running(), v.State == StatePoweroff, v.State == StateSuspended, v.State == StateUndeploy, v.State == StateStopped:
 			if len(did) == 0 {
 				return "settled " + stateName(v)
 			}
@@ -429,6 +444,8 @@ func stateName(v *VM) string {
 		return "SUSPENDED"
 	case StateUndeploy:
 		return "UNDEPLOYED"
+	case StateStopped:
+		return "STOPPED"
 	case StateActive:
 		if v.Running() {
 			return "RUNNING on " + v.Host()
