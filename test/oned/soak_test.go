@@ -47,7 +47,7 @@ func TestSoak(t *testing.T) {
 		until, steps = time.Now().Add(dur), 1<<30
 	}
 	s := Start(t, "fe74")
-	k := &soak{t: t, s: s, rng: rand.New(rand.NewPCG(uint64(seed), 0)), counts: map[string]int{}, hot: map[int]string{},
+	k := &soak{t: t, s: s, rng: rand.New(rand.NewPCG(uint64(seed), 0)), counts: map[string]int{}, hot: map[int]string{}, disks: map[int][]Image{},
 		hostFaults: os.Getenv("RBDFENCE_SOAK_HOST_FAULTS") == "1", mutant: os.Getenv("RBDFENCE_SOAK_MUTANT")}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -80,6 +80,7 @@ func TestSoak(t *testing.T) {
 		vm := s.NewVM(t, VMTemplate(name, disks...))
 		s.Deploy(t, vm, s.Hosts[i%len(s.Hosts)])
 		k.vms = append(k.vms, vm)
+		k.disks[vm] = disks
 	}
 	k.current = "  0 the first deploys"
 	k.judge("the first deploys")
@@ -107,6 +108,8 @@ type soak struct {
 	// image ID of the disk the soak attached to it (one at most).
 	shared string
 	hot    map[int]string
+	// disks, per VM, the images of its template, in order (vda, vdb, ...).
+	disks  map[int][]Image
 	log    []string
 	counts map[string]int
 	judged int
@@ -152,7 +155,7 @@ func (k *soak) step(vm int) string {
 	var op string
 	switch {
 	case v.Running():
-		ops := []string{"poweroff", "suspend", "undeploy", "stop", "migrate-live", "migrate-live", "migrate-cold", "zombie", "zombie"}
+		ops := []string{"poweroff", "suspend", "undeploy", "stop", "migrate-live", "migrate-live", "migrate-cold", "zombie", "zombie", "terminate-new"}
 		if k.hot[vm] == "" {
 			ops = append(ops, "disk-attach")
 		} else {
@@ -206,6 +209,8 @@ func (k *soak) step(vm int) string {
 		return op + " " + here + " -> " + to.Name
 	case "zombie":
 		return k.zombie(vm, s.Host(t, here))
+	case "terminate-new":
+		return k.terminateNew(vm, s.Host(t, here))
 	case "disk-attach":
 		img := s.NewImage(t, fmt.Sprintf("soak-hot-%d-%d", vm, len(k.log)), true)
 		n := len(v.Disks)
@@ -479,6 +484,54 @@ func (k *soak) zombie(vm int, h Host) string {
 	k.judge("the zombie of VM " + strconv.Itoa(vm) + " on " + o.Name)
 	s.OnHost(t, o, fmt.Sprintf("virsh -q destroy one-%d", vm))
 	return "zombie on " + o.Name + ": started, then destroyed"
+}
+
+// terminateNew terminates VM vm (on h) and creates a new VM with the same
+// template disks, deployed on a random host, in its place; then it starts
+// the terminated VM's domain XML by hand on a random host, as a stale
+// domain an admin brings back: rbdfence's hook must refuse it, or it must
+// not write an exclusive disk beside the new VM (judged here and by judge).
+// A disk the soak attached is freed with the VM and left unused.
+func (k *soak) terminateNew(vm int, h Host) string {
+	t, s := k.t, k.s
+	id := strconv.Itoa(vm)
+	xml := s.OnHost(t, h, fmt.Sprintf("virsh -q dumpxml --inactive one-%d", vm))
+	s.One(t, "onevm", "terminate", "--hard", id)
+	s.WaitVM(t, vm, "DONE", CmdTimeout, func(v *VM) bool { return v.State == StateDone })
+	for _, o := range s.Hosts {
+		if st := s.DomainState(t, o, vm); st != "" {
+			t.Fatalf("VM %d is DONE, but its domain is %s on %s", vm, st, o.Name)
+		}
+	}
+	delete(k.hot, vm)
+	disks := k.disks[vm]
+	nv := s.NewVM(t, VMTemplate(fmt.Sprintf("soak-new-%d-%d", vm, len(k.log)), disks...))
+	on := s.Hosts[k.rng.IntN(len(s.Hosts))]
+	s.Deploy(t, nv, on)
+	k.vms[slices.Index(k.vms, vm)] = nv
+	k.disks[nv] = disks
+	delete(k.disks, vm)
+	desc := fmt.Sprintf("terminate-new on %s: VM %d on %s", h.Name, nv, on.Name)
+	z := s.Hosts[k.rng.IntN(len(s.Hosts))]
+	_, err := s.TryHost(z, "virsh -q create /dev/stdin >/dev/null <<'RBDFENCE_SOAK_XML'\n"+xml+"\nRBDFENCE_SOAK_XML")
+	if err != nil {
+		k.counts["stale domain refused"]++
+		return desc + "; the terminated domain on " + z.Name + ": refused by libvirt (" + lastLine(err.Error()) + ")"
+	}
+	k.counts["stale domain started"]++
+	// The same template: the terminated domain has the new VM's targets.
+	for _, d := range s.ShowVM(t, nv).Disks {
+		if d.ImageID == k.shared {
+			continue
+		}
+		i := targetIndex(t, d.Target)
+		if s.GuestWriteDisk(t, z, vm, i, 0xdd) && s.GuestWriteDisk(t, on, nv, i, 0xde) {
+			t.Fatalf("VM %d (terminated) on %s and VM %d on %s both write image %s", vm, z.Name, nv, on.Name, d.ImageID)
+		}
+	}
+	k.judge("the terminated domain of VM " + id + " on " + z.Name)
+	s.OnHost(t, z, fmt.Sprintf("virsh -q destroy one-%d", vm))
+	return desc + "; the terminated domain on " + z.Name + ": started, then destroyed"
 }
 
 func lastLine(s string) string {
