@@ -43,6 +43,10 @@ func (e *ClaimedElsewhereError) Brief() string {
 	return fmt.Sprintf("deploy #%d claimed by %s; rbdfence claim show", e.Recorded.Seq, e.Recorded.Host)
 }
 
+func (e *StartedAgainError) Brief() string {
+	return fmt.Sprintf("#%d already started here; start it with onevm", e.Recorded.Seq)
+}
+
 func (e *NoHandoverError) Brief() string { return "no handover opened; use onevm migrate --live" }
 
 func (e *AlreadyRunningError) Brief() string {

@@ -25,6 +25,7 @@ func TestBriefsFit(t *testing.T) {
 		{&NewerDeployError{VM: 4242, Ours: 11, Recorded: c}, "claim show"},
 		{&UnknownDeployError{VM: 4242, Ours: 13, Recorded: c}, "claim show"},
 		{&ClaimedElsewhereError{VM: 4242, Host: "node1", Recorded: c}, "claim show"},
+		{&StartedAgainError{VM: 4242, Host: "node2", Recorded: c}, "onevm"},
 		{&NoHandoverError{VM: 4242, Host: "node2", Why: "x"}, "onevm migrate"},
 		{&AlreadyRunningError{VM: 4242, Host: "node1", Domain: "one-4242", State: "running"}, "recover --success"},
 		{&DomainUnknownError{VM: 4242, Host: "node1", Domain: "one-4242", Said: "timed out"}, "retry"},

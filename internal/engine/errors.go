@@ -62,6 +62,26 @@ func (e *ClaimedElsewhereError) Error() string {
 		e.VM, e.Recorded.Seq, e.Recorded.Host, e.Recorded.Source, e.Recorded.Updated.Format(time.RFC3339), e.Host)
 }
 
+// StartedAgainError: the libvirt hook meets a start, on the claim's host,
+// of the deploy the front-end claimed whose instance already started there
+// (the claim records it running, no migration open). Every start OpenNebula
+// makes goes through the front-end first, which marks the claim starting
+// (deploy, resume, restore, recover --retry), so this is a domain started
+// by hand: above all the stale domain of a VM terminated on that host,
+// whose images may be another VM's by now (the soak, seed 29). Fencing
+// would blocklist their writers, so nothing is fenced.
+type StartedAgainError struct {
+	VM       int
+	Host     string
+	Recorded Claim
+}
+
+func (e *StartedAgainError) Error() string {
+	return fmt.Sprintf("VM %d: deploy #%d already started on %s (claim written %s) and no OpenNebula start followed; "+
+		"refusing a copy started by hand (start VMs with onevm resume or deploy; if the VM is gone, its images may be another VM's)",
+		e.VM, e.Recorded.Seq, e.Host, e.Recorded.Updated.Format(time.RFC3339))
+}
+
 // NoHandoverError: an incoming live migration (or the start or record that
 // follows it) that the claim does not show as the handover the front-end
 // opened for the VM's current deploy, from its host to this one.

@@ -27,3 +27,12 @@ func SetUnknownAsNoClaimForModel() (undo func()) {
 	unknownAsNoClaim = true
 	return func() { unknownAsNoClaim = false }
 }
+
+// SetStartedAgainOffForModel turns the rule startedAgain off until the
+// returned function is called (the model's mutant ignore-started-refusal:
+// its stale domain on the claim's host is refused at prepare by that rule
+// as well, so the mutant takes both guards away).
+func SetStartedAgainOffForModel() (undo func()) {
+	startedAgainOff = true
+	return func() { startedAgainOff = false }
+}

@@ -348,6 +348,9 @@ func start(prev *Claim, ev Event) Ready {
 	if unknownDeploy(prev, w) {
 		return Ready{Refusal: &UnknownDeployError{VM: w.VM, Ours: w.Seq, Recorded: *prev}}
 	}
+	if startedAgain(prev, w) {
+		return Ready{Refusal: &StartedAgainError{VM: w.VM, Host: w.Host, Recorded: *prev}}
+	}
 	if err := admit(w, prev, ev.Now); err != nil {
 		return Ready{Refusal: err}
 	}
@@ -719,6 +722,23 @@ func admit(w Who, prev *Claim, now time.Time) error {
 	}
 	return nil
 }
+
+// startedAgain reports whether w is the hook's start, on the claim's host,
+// of the deploy the front-end claimed, whose instance already started
+// there: the claim records it running, with no migration open. OpenNebula's
+// starts all pass the front-end first, which writes the claim starting
+// (start, below); kvm/deploy runs `virsh create` once (release-7.4.0
+// src/vmm_mad/remotes/kvm/deploy:110). So the start is a copy started by
+// hand (StartedAgainError), e.g. the domain of a VM terminated on this
+// host, whose images the claim's recorded instance no longer holds.
+func startedAgain(prev *Claim, w Who) bool {
+	return !startedAgainOff && w.Source == SourceHook && prev != nil && prev.Source == SourceFrontend &&
+		prev.State == StateRunning && prev.Window == nil && sameHost(prev, w) && (w.Seq < 0 || w.Seq == prev.Seq)
+}
+
+// startedAgainOff turns startedAgain off: false in every binary, set only
+// by the model's mutant ignore-started-refusal (SetStartedAgainOffForModel).
+var startedAgainOff = false
 
 func orDash(s string) string {
 	if s == "" {

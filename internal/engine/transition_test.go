@@ -85,7 +85,11 @@ func TestTransitionStartAsksLibvirt(t *testing.T) {
 		})
 	}
 	// The hook's own start: libvirt starts the domain, so it does not run.
-	rd := engine.Transition(running(), engine.Event{Op: engine.OpStart, Who: tWho("h1", -1, engine.SourceHook, "10.0.0.1"), Now: tNow})
+	// (On a claim the hook wrote: on the front-end's running claim that
+	// start is a copy started by hand, TestTransitionStartedAgain.)
+	hooks := running()
+	hooks.Source, hooks.Seq = engine.SourceHook, -1
+	rd := engine.Transition(hooks, engine.Event{Op: engine.OpStart, Who: tWho("h1", -1, engine.SourceHook, "10.0.0.1"), Now: tNow})
 	if rd.Refusal != nil || rd.Fence == nil {
 		t.Fatalf("the hook's start on the claim's host: %+v", rd)
 	}
@@ -297,6 +301,66 @@ func TestTransitionStartDeployOnedLost(t *testing.T) {
 			var lost *engine.UnknownDeployError
 			if got := errors.As(rd.Refusal, &lost); got != tc.lost || (tc.lost && (rd.Fence != nil || rd.Next != nil)) {
 				t.Fatalf("lost deploy refusal %v, want %v: %+v", got, tc.lost, rd)
+			}
+		})
+	}
+}
+
+// The hook's start, on the claim's host, of the deploy the front-end
+// claimed and whose instance already runs there (recorded) is a copy started
+// by hand: refused, nothing fenced. Found by the soak (seed 29, step 33):
+// the domain XML of VM 4, terminated on rbdo-a, started there again by
+// hand was admitted by VM 4's claim and blocklisted the new VM 7's QEMU on
+// the same images. The continuation of the front-end's own deploy (the
+// claim starting), a start elsewhere, the front-end's start and a claim the
+// hook wrote (no front-end) are not touched by the rule.
+func TestTransitionStartedAgain(t *testing.T) {
+	starting := func() *engine.Claim {
+		c := running()
+		c.State, c.Addrs, c.Images = engine.StateStarting, nil, nil
+		return c
+	}
+	hookOnly := func() *engine.Claim {
+		c := running()
+		c.Source, c.Seq = engine.SourceHook, -1
+		return c
+	}
+	window := func() *engine.Claim {
+		c := running()
+		c.State, c.Window = engine.StateMigrating, &engine.Window{Src: "h1", Dst: "h2", Seq: 4, Expires: tNow.Add(time.Minute)}
+		return c
+	}
+	for _, tc := range []struct {
+		name  string
+		prev  *engine.Claim
+		who   engine.Who
+		again bool
+	}{
+		{"by hand, the XML's deploy: refused", running(), tWho("h1", 3, engine.SourceHook, "10.0.0.1"), true},
+		{"by hand, deploy unknown to the hook: refused", running(), tWho("h1", -1, engine.SourceHook, "10.0.0.1"), true},
+		{"the front-end's deploy continued (starting): admitted", starting(), tWho("h1", 3, engine.SourceHook, "10.0.0.1"), false},
+		{"a newer deploy: not this rule", running(), tWho("h1", 4, engine.SourceHook, "10.0.0.1"), false},
+		{"another host: not this rule", running(), tWho("h2", 3, engine.SourceHook, "10.0.0.2"), false},
+		{"the front-end's start: not this rule", running(), func() engine.Who {
+			w := tWho("h1", 3, engine.SourceFrontend, "10.0.0.1")
+			w.Domain = engine.Domain{Seen: engine.DomainAbsent, Said: "shut off"}
+			return w
+		}(), false},
+		{"a claim the hook wrote (no front-end): not this rule", hookOnly(), tWho("h1", -1, engine.SourceHook, "10.0.0.1"), false},
+		{"a migration open: not this rule", window(), tWho("h1", 3, engine.SourceHook, "10.0.0.1"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rd := engine.Transition(tc.prev, engine.Event{Op: engine.OpStart, Who: tc.who, Now: tNow})
+			var again *engine.StartedAgainError
+			got := errors.As(rd.Refusal, &again)
+			if got != tc.again {
+				t.Fatalf("StartedAgainError: got %v (refusal %v), want %v", got, rd.Refusal, tc.again)
+			}
+			if got && (rd.Fence != nil || rd.Next != nil) {
+				t.Fatalf("the refusal must fence and write nothing: %+v", rd)
+			}
+			if got && !strings.Contains(again.Error(), "deploy #3 already started on h1") {
+				t.Fatalf("message: %v", again)
 			}
 		})
 	}

@@ -70,6 +70,7 @@ var classes = []struct {
 	{Refused, is[*engine.ClaimHeldError]},
 	{Refused, is[*engine.NewerDeployError]},
 	{Refused, is[*engine.ClaimedElsewhereError]},
+	{Refused, is[*engine.StartedAgainError]},
 	{Refused, is[*engine.NoHandoverError]},
 	{Refused, is[*engine.AlreadyRunningError]},
 	{Refused, is[*engine.MigrationOpenError]},

@@ -48,11 +48,11 @@ func asVM(t *testing.T, src string, id int) string {
 }
 
 // frontendClaim writes VM id's claim as the front-end's prestart leaves it
-// (deploy seq on host), without fencing anything.
+// (deploy seq on host, starting), without fencing anything.
 func (e *env) frontendClaim(id, seq int, host string) {
 	e.t.Helper()
 	who := engine.Who{VM: id, Seq: seq, Host: host, Source: engine.SourceFrontend, Run: "hooktest-fe", Pool: e.ceph.Pool}
-	if err := e.engine().WriteClaim(context.Background(), who, engine.Claim{VM: id, Seq: seq, Host: host, Source: engine.SourceFrontend, State: engine.StateRunning}); err != nil {
+	if err := e.engine().WriteClaim(context.Background(), who, engine.Claim{VM: id, Seq: seq, Host: host, Source: engine.SourceFrontend, State: engine.StateStarting}); err != nil {
 		e.t.Fatal(err)
 	}
 }

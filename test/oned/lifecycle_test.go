@@ -3,6 +3,7 @@ package oned
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -318,4 +319,39 @@ func TestColdMigrateFencesZombie(t *testing.T) {
 		t.Fatalf("one-%d on %s after the cold migration: %q, want no domain", vm, a.Name, st)
 	}
 	s.ZombieFenced(t, vm, z, b, img.Source, 0xc6, "the cold migration")
+}
+
+// TestTerminatedDomainRefused (row "terminate, then a new VM on the
+// images"; found by the soak, seed 29 step 33): VM A with two persistent
+// disks runs on host a and is terminated; VM B, created on the same images,
+// is deployed on a too; then A's domain XML is started there again by hand
+// (`virsh create`, a stale domain an admin brings back). A's claim still
+// holds A's last deploy on a, running: without the rule the hook admitted
+// the copy and blocklisted B's QEMU on both images. It must refuse the
+// copy, fencing nothing, and B must go on writing both disks.
+func TestTerminatedDomainRefused(t *testing.T) {
+	t.Parallel()
+	s := Start(t, "fe74")
+	a := s.Hosts[0]
+	disks := []Image{s.NewImage(t, "term-a", true), s.NewImage(t, "term-b", true)}
+	old := s.NewVM(t, VMTemplate("term-old", disks...))
+	s.Deploy(t, old, a)
+	xml := s.OnHost(t, a, fmt.Sprintf("virsh -q dumpxml --inactive one-%d", old))
+	s.One(t, "onevm", "terminate", "--hard", strconv.Itoa(old))
+	s.WaitVM(t, old, "DONE", CmdTimeout, func(v *VM) bool { return v.State == StateDone })
+	vm := s.NewVM(t, VMTemplate("term-new", disks...))
+	s.Deploy(t, vm, a)
+	_, err := s.TryHost(a, "virsh -q create /dev/stdin >/dev/null <<'RBDFENCE_XML'\n"+xml+"\nRBDFENCE_XML")
+	if err == nil {
+		s.OnHost(t, a, fmt.Sprintf("virsh -q destroy one-%d", old))
+		t.Fatalf("the terminated VM %d's domain started again by hand on %s", old, a.Name)
+	}
+	if !strings.Contains(err.Error(), "already started on "+a.Name) || !strings.Contains(err.Error(), "refusing a copy started by hand") {
+		t.Fatalf("the terminated VM %d's domain: refused, but not as a copy started by hand: %v", old, err)
+	}
+	for d := range disks {
+		if !s.GuestWriteDisk(t, a, vm, d, byte(0xa0+d)) {
+			t.Fatalf("VM %d on %s cannot write its disk %d after the terminated VM %d's domain was refused: fenced", vm, a.Name, d, old)
+		}
+	}
 }

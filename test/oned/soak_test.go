@@ -155,7 +155,15 @@ func (k *soak) step(vm int) string {
 	var op string
 	switch {
 	case v.Running():
-		ops := []string{"poweroff", "suspend", "undeploy", "stop", "migrate-live", "migrate-live", "migrate-cold", "zombie", "zombie", "terminate-new"}
+		ops := []string{"poweroff", "suspend", "undeploy", "stop", "migrate-live", "migrate-live", "migrate-cold", "zombie", "zombie"}
+		if k.hostFaults {
+			// Only in make soak (here, so that seed 29 replays); the gate
+			// has its finding as TestTerminatedDomainRefused: the
+			// terminated VM's domain started by hand on the host it last
+			// ran on was admitted by that VM's claim and fenced the new
+			// VM on its images (seed 29, step 33; docs/DEVELOPMENT.md).
+			ops = append(ops, "terminate-new")
+		}
 		if k.hot[vm] == "" {
 			ops = append(ops, "disk-attach")
 		} else {
