@@ -41,6 +41,22 @@ func TestHookKnowsItsHostByAddress(t *testing.T) {
 		}
 		return resp
 	}
+	// After the whole deploy (its instance recorded, the claim running), a
+	// start on A is a copy started by hand: refused as on the claim's own
+	// host (StartedAgainError fires only there), so A is known by address.
+	if resp := hookStart("a"); resp.OK || resp.Kind != outcome.Refused || !strings.Contains(resp.Error, "deploy #2 already started on kvm-node-with-another-name") {
+		t.Fatalf("the hook on host A after the deploy must refuse a copy started by hand: %+v", resp)
+	}
+	// As prestart leaves the claim before libvirt's prepare (starting):
+	// the hook on A continues deploy #2.
+	c.State, c.Addrs, c.Images = engine.StateStarting, nil, nil
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	starting := f.path("claim.starting")
+	f.write(starting, string(b), 0o644)
+	f.ceph.Admin(t, "rados", "-p", "one", "put", engine.ClaimObject(vm), starting)
 	if resp := hookStart("a"); !resp.OK || resp.Claim == nil || resp.Claim.Host != f.hs.A.Name || resp.Claim.Seq != 2 {
 		t.Fatalf("the hook on host A (another name, same address) must continue deploy #2: %+v", resp)
 	}
