@@ -72,6 +72,11 @@ procs() {
 	for p in /proc/[0-9]*; do
 		comm=$(cat "$p/comm" 2>/dev/null) || continue
 		[[ $comm =~ $PROCS ]] || continue
+		# A zombie (state Z: it exited and its parent has not reaped it;
+		# a stopped Ceph daemon can stay one for a while, its cmdline empty)
+		# runs nothing and holds nothing: when it is reaped it goes, and
+		# counting it failed runs with "< proc ceph-osd" (stops 33, 36).
+		[[ $(awk '/^State:/ {print $2; exit}' "$p/status" 2>/dev/null) == Z ]] && continue
 		# sshd's own per-connection children come and go: only listeners count.
 		if [[ $comm == sshd ]] && ! tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qE '\[listener\]|-D|-f '; then
 			continue
