@@ -342,9 +342,16 @@ func (k *soak) faultDuring(fault string, vm int, here string) string {
 			desc += " on " + to.Name
 		}
 		wait := 1 + k.rng.IntN(5)
-		if late {
+		switch {
+		case fault == "mon-pause":
+			// Up to twice timeouts.connect (10 s): a start that meets a
+			// longer pause must be refused, fencing nothing, and then
+			// recovered by the README's steps (settle).
+			wait = 1 + k.rng.IntN(20)
+		case late:
 			wait = 1 + k.rng.IntN(8)
 		}
+		desc += fmt.Sprintf(" (%d s)", wait)
 		time.Sleep(time.Duration(wait) * time.Second)
 		heal()
 	} else {
@@ -433,6 +440,12 @@ func (k *soak) settle(vm int) string {
 			how = "--success"
 		default:
 			how = "--failure"
+		}
+		if tries == 0 && strings.Contains(v.User.Error, "rbdfence") {
+			// rbdfence refused the operation: its brief, as the operator
+			// reads it in onevm show, goes into the step's log.
+			k.counts["refused by rbdfence"]++
+			did = append(did, fmt.Sprintf("refused by rbdfence (%q)", v.User.Error))
 		}
 		tries++
 		if tries > 4 {
