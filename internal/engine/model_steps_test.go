@@ -1003,20 +1003,6 @@ func (w *world) steps(b bound) []step {
 					w.op = feOp{stage: stAttach, seq: c.seq, host: c.host}
 				}})
 		}
-		if w.feat.create {
-			for y := range w.hosts {
-				if w.hosts[y].dom.phase != phNone || w.hosts[y].cut || w.hosts[y].silent {
-					continue
-				}
-				y := y
-				// A stale copy of the VM's first deployment file, started
-				// by hand (or an evacuation script) outside OpenNebula.
-				add(step{name: fmt.Sprintf("operator: virsh create of a stale one-42 (file1) on %s", mHosts[y]), budget: bChange,
-					run: func(w *world, o *stepOut, _ int) {
-						w.hosts[y].dom = dom{phase: phPrepare, inst: -1, seq: 0, from: -1, ident: mFile0}
-					}})
-			}
-		}
 		if c := w.cur(); w.feat.fenceHost && w.hosts[c.host].cut && w.op.stage == stNone {
 			add(step{name: fmt.Sprintf("HA: %s failed; the host-error hook runs fence-host %s, then oned reschedules the VM", mHosts[c.host], mHosts[c.host]), budget: bChange,
 				run: func(w *world, o *stepOut, _ int) { w.fenceHostAndReschedule(o) }})
@@ -1062,6 +1048,22 @@ func (w *world) steps(b bound) []step {
 						w.hosts[y].dom = dom{phase: phMigBegin, inst: -1, seq: w.hosts[x].dom.seq, from: x, ident: w.hosts[x].dom.ident}
 					}})
 			}
+		}
+	}
+
+	// An operator's `virsh create` of a stale copy of the VM's first
+	// deployment file (or an evacuation script's), outside OpenNebula: also
+	// once oned has terminated the VM (its domain XML outlives it).
+	if w.feat.create && w.budget.changes < b.changes {
+		for y := range w.hosts {
+			if w.hosts[y].dom.phase != phNone || w.hosts[y].cut || w.hosts[y].silent {
+				continue
+			}
+			y := y
+			add(step{name: fmt.Sprintf("operator: virsh create of a stale one-42 (file1) on %s", mHosts[y]), budget: bChange,
+				run: func(w *world, o *stepOut, _ int) {
+					w.hosts[y].dom = dom{phase: phPrepare, inst: -1, seq: 0, from: -1, ident: mFile0}
+				}})
 		}
 	}
 

@@ -39,7 +39,8 @@ package engine_test
 // migration that outlives the front-end's migrate action, a failed host
 // fenced by fence-host before its VM is rescheduled, the VM's disks
 // in two Ceph clusters (every step then works on each cluster's claim, as
-// fencer.Do does).
+// fencer.Do does), the VM terminated and a new VM running on its image
+// (a stale copy of the terminated domain started by hand).
 //
 // The main's logic around each engine call (the hook's migration mark,
 // fail-closed on a Ceph error, what oned does on a failed action, what the
@@ -734,6 +735,10 @@ func TestModelInvariantsCanFail(t *testing.T) {
 		// stale domain's prepare admitted before a newer deploy's start;
 		// with startedAgain off, which refuses that prepare too).
 		{"ignore-started-refusal", "two-writers", bound{depth: 9, changes: 1, faults: 1}, newWorldRecreated},
+		// The soak's seed 29: the stale domain of VM 42, terminated on h1,
+		// started by hand there is admitted by VM 42's claim (running on
+		// h1) and fences VM 43 on the same image (startedAgain off).
+		{"started-again-admitted", "foreign-fenced", bound{depth: 4, changes: 1}, newWorldTerminatedNew},
 		{"no-spool", "fence-untraced", bound{}, nil}, // OnBlocklisted does not spool the event
 		{"no-audit", "fence-untraced", bound{}, nil}, // the main drops the report
 		// Issue 18 item 1: libvirtd stops answering, the VM goes UNKNOWN,
@@ -816,7 +821,7 @@ func TestModelInvariantsCanFail(t *testing.T) {
 			root := func() *world { return built.clone() }
 			activeMutant = tc.mutant
 			defer func() { activeMutant = "" }()
-			if tc.mutant == "ignore-started-refusal" {
+			if tc.mutant == "ignore-started-refusal" || tc.mutant == "started-again-admitted" {
 				// Its stale domain's prepare on the claim's host is
 				// refused by startedAgain too (the soak's seed 29):
 				// the mutant takes both guards away.
@@ -936,6 +941,22 @@ func newWorldMigratedShared() *world {
 		"front-end postmigrate #1 h1→h2 (on h2)")...)
 }
 
+// newWorldTerminatedNew is newWorld after `onevm terminate --hard` of VM
+// 42 on h1 (its domain destroyed; the claim still records its instance
+// running there: nothing runs at terminate to change it) and a new VM 43
+// created on the same image, running on h1 (another VM's client: it must
+// never be fenced by VM 42's steps). An operator's `virsh create` of VM
+// 42's stale domain XML is then one step away (the soak's seed 29, step
+// 33: the stale copy's prepare on h1 was admitted by VM 42's claim and
+// fenced VM 43; engine.StartedAgainError refuses it).
+func newWorldTerminatedNew() *world {
+	w := replay(newWorldWith(&features{create: true, libvirt: true, clusters: 1}), "oned: onevm terminate --hard")
+	a := engine.Addr{IP: mIP(0), Nonce: 4300}
+	w.insts = append(w.insts, inst{host: 0, addr: a, seq: 0, running: true, foreign: true, disk: mDisk, how: "VM 43"})
+	w.f.Attach(mDisk, a, true)
+	return w
+}
+
 // newWorldOutlive is newWorld where a live migration can outlive the
 // front-end's migrate action (item 2).
 func newWorldOutlive() *world { return newWorldWith(&features{outlive: true, clusters: 1}) }
@@ -1045,6 +1066,9 @@ func TestModelWorlds(t *testing.T) {
 		// the claim's (Claim.SeqStime), so the claim's deploy stays one
 		// oned lost (the model found the record shape alone was not enough).
 		{"restored-database", newWorldRestored, bound{depth: 10, changes: 3, faults: 1, ticks: 1}},
+		// VM 42 terminated on h1, VM 43 running there on its image: a
+		// stale copy of VM 42 started by hand anywhere fences nothing.
+		{"terminated-new-vm", newWorldTerminatedNew, bound{depth: 8, changes: 2, faults: 1, ticks: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := exploreFrom(tc.b, tc.root)
