@@ -22,8 +22,10 @@ import (
 // with `virsh create` of its domain XML on the other host; with
 // RBDFENCE_SOAK_HOST_FAULTS=1, as make soak sets it, libvirtd restarted on
 // a host, a host cut off Ceph, oned restarted, a host's ssh stalled, its
-// libvirtd hung, the Ceph monitor paused, each across an operation). After
-// each step:
+// libvirtd hung, the Ceph monitor paused, each across an operation; a
+// terminated VM's domain started by hand beside a new VM on its images;
+// `onevm recover --recreate` while libvirtd on the VM's host is stopped; a
+// host failure the HA hook fences and reschedules). After each step:
 //   - no two writers: of the VM's domains on every host, at most one
 //     completes a write (HMP qemu-io) to its disk;
 //   - the live VM is never fenced: the domain oned shows RUNNING runs on
@@ -170,7 +172,12 @@ func (k *soak) step(vm int) string {
 			ops = append(ops, "disk-detach")
 		}
 		if k.hostFaults {
-			ops = append(ops, "libvirtd-restart", "ceph-cut", "oned-restart", "ssh-stall", "libvirtd-hang", "mon-pause")
+			ops = append(ops, "libvirtd-restart", "ceph-cut", "oned-restart", "ssh-stall", "libvirtd-hang", "mon-pause", "recreate")
+			// A host failure takes 4-5 minutes (host_error.rb's 2 x 60 s
+			// and the reschedules): half as often as the other steps.
+			if k.rng.IntN(2) == 0 {
+				ops = append(ops, "host-fail")
+			}
 		}
 		op = pick(ops...)
 	case v.State == StatePoweroff, v.State == StateSuspended:
@@ -219,6 +226,10 @@ func (k *soak) step(vm int) string {
 		return k.zombie(vm, s.Host(t, here))
 	case "terminate-new":
 		return k.terminateNew(vm, s.Host(t, here))
+	case "recreate":
+		return k.recreate(vm, s.Host(t, here))
+	case "host-fail":
+		return k.hostFail(s.Host(t, here))
 	case "disk-attach":
 		img := s.NewImage(t, fmt.Sprintf("soak-hot-%d-%d", vm, len(k.log)), true)
 		n := len(v.Disks)
@@ -553,6 +564,90 @@ func (k *soak) terminateNew(vm int, h Host) string {
 	k.judge("the terminated domain of VM " + id + " on " + z.Name)
 	s.OnHost(t, z, fmt.Sprintf("virsh -q destroy one-%d", vm))
 	return desc + "; the terminated domain on " + z.Name + ": started, then destroyed"
+}
+
+// recreate: libvirtd on h stops (the VM's QEMU there runs on, unseen) and
+// the operator runs `onevm recover --recreate` (README: a VM whose host
+// does not answer): oned deploys the VM anew where its scheduler places it,
+// and rbdfence's start there fences the old QEMU on h (its claim's
+// recorded instance), or, placed on h itself, is refused while libvirt on
+// h is silent. libvirtd comes back; the judge checks that the old QEMU no
+// longer writes beside the new one; the operator destroys it, and the VM
+// is settled by the README's steps.
+func (k *soak) recreate(vm int, h Host) string {
+	t, s := k.t, k.s
+	s.stopLibvirtd(t, h)
+	s.One(t, "onevm", "recover", "--recreate", strconv.Itoa(vm))
+	// The scheduler's placement and the deploy, or its failure.
+	deadline := time.Now().Add(4 * time.Minute)
+	var v *VM
+	for {
+		var err error
+		if v, err = s.vmInfo(vm); err == nil && (v.Running() || (v.State == StateActive && failureLCM(v.LCM))) {
+			break
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	s.startLibvirtd(t, h)
+	desc := "recreate (libvirtd on " + h.Name + " stopped)"
+	if v != nil {
+		desc += ": " + stateName(v)
+	}
+	if s.DomainState(t, h, vm) == "running" && (v == nil || !v.Running() || v.Host() != h.Name) {
+		k.judge("the recreate of VM " + strconv.Itoa(vm) + ", its old QEMU on " + h.Name)
+		s.OnHost(t, h, fmt.Sprintf("virsh -q destroy one-%d", vm))
+		desc += "; the old domain on " + h.Name + " judged, then destroyed"
+	}
+	return desc + "; " + k.settle(vm)
+}
+
+// hostFail: host h fails as OpenNebula's HA hook sees a failure. With
+// rbdfence's host_error hook created as the README says, h is cut off the
+// front-end's network (hosts.sh cut: its QEMUs go on writing to Ceph).
+// oned puts h in ERROR; host_error.rb waits its 2 monitoring intervals,
+// runs `rbdfence fence-host` and reschedules h's ACTIVE VMs (POWEROFF and
+// SUSPENDED ones stay: no -f), which the scheduler starts on the other
+// hosts. The judge checks every VM while h is still cut off (it reads
+// libvirt inside h): no VM writes from two hosts. Then the operator
+// reboots h (every one-* domain there destroyed, from inside), heals it,
+// waits until oned monitors it again, deletes the hook and settles the
+// VMs.
+func (k *soak) hostFail(h Host) string {
+	t, s := k.t, k.s
+	hook := s.createHostErrorHook(t)
+	var moved []int
+	for _, vm := range k.vms {
+		if v := s.ShowVM(t, vm); v.State == StateActive && v.Host() == h.Name {
+			moved = append(moved, vm)
+		}
+	}
+	heal := undoable(t, func() error { return hostsSh("cut", h.Name) }, func() error {
+		if _, err := s.TryHost(h, "virsh -q list --name | grep '^one-' | xargs -r -n1 virsh -q destroy >/dev/null"); err != nil {
+			return err
+		}
+		return hostsSh("heal", h.Name)
+	})
+	s.WaitHost(t, h.Name, "ERROR")
+	for _, vm := range moved {
+		s.WaitVM(t, vm, "RUNNING on another host than the failed "+h.Name, 6*time.Minute, func(v *VM) bool { return v.Running() && v.Host() != h.Name })
+	}
+	k.judge("the failure of " + h.Name)
+	heal()
+	s.WaitHost(t, h.Name, "MONITORED")
+	if _, err := s.Try("onehook", "delete", strconv.Itoa(hook)); err != nil {
+		t.Fatalf("onehook delete %d: %v", hook, err)
+	}
+	var did []string
+	for _, vm := range k.vms {
+		if r := k.settle(vm); slices.Contains(moved, vm) || !strings.HasPrefix(r, "settled ") {
+			did = append(did, fmt.Sprintf("VM %d %s", vm, r))
+		}
+	}
+	k.counts["host-fail: VMs rescheduled"] += len(moved)
+	return fmt.Sprintf("host-fail of %s (HA hook: %d VM(s) rescheduled): %s", h.Name, len(moved), strings.Join(did, "; "))
 }
 
 func lastLine(s string) string {
