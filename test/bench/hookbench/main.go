@@ -5,7 +5,10 @@
 // environment, for an OpenNebula domain with 0, 1 and 8 RBD disks on clean
 // images of the test cluster (test/ceph/cluster.sh), as client.libvirt.
 // With RBD disks every run is a full prestart: connect, take and write the
-// VM's claim, list lockers and watchers of every image.
+// VM's claim, list lockers and watchers of every image. Then the floors
+// under it, as C programs built with cc: an empty process, one with
+// librados loaded, one that also connects (issue 30: what a resident
+// per-host process could save at most).
 //
 //	go run -tags pacific ./test/bench/hookbench [-n 21]
 //
@@ -122,6 +125,70 @@ func run(n int) error {
 		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 		p90 := ds[(len(ds)*9+9)/10-1]
 		fmt.Printf("%-34s %-10s %-10s %-10s\n", bc.name, ms(ds[len(ds)/2]), ms(ds[0]), ms(p90))
+	}
+	return floor(c, dir, n)
+}
+
+// floorSrc are the process floors a hook run stands on, as C programs:
+// an empty process; one linked with librados (its load and C++ static
+// initialisation, which every process of rbdfence's pays); one that also
+// connects to the cluster as the hook does (rados_create2, the monitor
+// address and keyring, rados_connect with cephx, rados_shutdown). What a
+// resident per-host process would save per hook call is at most the last
+// one's time less the first one's (issue 30).
+var floorSrc = []struct{ name, src string }{
+	{"empty process", "int main(void) { return 0; }\n"},
+	{"librados loaded", "#include <rados/librados.h>\nint main(int c, char **v) { if (c > 99) rados_create(0, 0); return 0; }\n"},
+	{"librados connected", `#include <rados/librados.h>
+#include <stdio.h>
+int main(int c, char **v) {
+	rados_t r;
+	if (c != 4 || rados_create2(&r, "ceph", v[1], 0) < 0) return 2;
+	rados_conf_set(r, "mon_host", v[2]);
+	rados_conf_set(r, "keyring", v[3]);
+	rados_conf_set(r, "log_to_stderr", "false");
+	if (rados_connect(r) < 0) { fprintf(stderr, "rados_connect failed\n"); return 1; }
+	rados_shutdown(r);
+	return 0;
+}
+`},
+}
+
+// floor builds floorSrc with cc and times each program n times, the three
+// interleaved in every round, and prints their medians and differences.
+func floor(c *testenv.Ceph, dir string, n int) error {
+	var bins []string
+	for i, f := range floorSrc {
+		src, bin := filepath.Join(dir, fmt.Sprintf("floor%d.c", i)), filepath.Join(dir, fmt.Sprintf("floor%d", i))
+		if err := os.WriteFile(src, []byte(f.src), 0o600); err != nil {
+			return err
+		}
+		if out, err := exec.Command("cc", "-O2", "-o", bin, src, "-lrados").CombinedOutput(); err != nil {
+			return fmt.Errorf("cc %s: %v\n%s", f.name, err, out)
+		}
+		bins = append(bins, bin)
+	}
+	ds := make([][]time.Duration, len(bins))
+	for round := 0; round <= n; round++ { // round 0 warms the page cache
+		for i, bin := range bins {
+			cmd := exec.Command(bin, "client."+c.User, c.Mon, c.Keyring)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			start := time.Now()
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("%s: %v: %s", floorSrc[i].name, err, strings.TrimSpace(stderr.String()))
+			}
+			if round > 0 {
+				ds[i] = append(ds[i], time.Since(start))
+			}
+		}
+	}
+	fmt.Printf("\nprocess floors (C, %d interleaved rounds)\n%-34s %-10s %-10s\n", n, "program", "median", "over the empty process")
+	med := make([]time.Duration, len(ds))
+	for i := range ds {
+		sort.Slice(ds[i], func(a, b int) bool { return ds[i][a] < ds[i][b] })
+		med[i] = ds[i][len(ds[i])/2]
+		fmt.Printf("%-34s %-10s %-10s\n", floorSrc[i].name, ms(med[i]), ms(med[i]-med[0]))
 	}
 	return nil
 }
