@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"libvirt.org/go/libvirtxml"
 )
 
 // TestSoak (issue 29, its first part): random lifecycles on the real oned
@@ -240,7 +242,9 @@ func (k *soak) step(vm int) string {
 	case "disk-detach":
 		for _, d := range v.Disks {
 			if d.ImageID == k.hot[vm] {
+				acked := k.ackUnplug(s.Host(t, here), vm, d.Target)
 				s.One(t, "onevm", "disk-detach", id, strconv.Itoa(d.ID))
+				acked()
 				s.WaitVM(t, vm, "RUNNING without the detached disk", CmdTimeout, func(v *VM) bool { return v.Running() && !hasImage(v, k.hot[vm]) })
 				delete(k.hot, vm)
 				return fmt.Sprintf("%s of image %s (disk %d) on %s", op, d.ImageID, d.ID, here)
@@ -564,6 +568,55 @@ func (k *soak) terminateNew(vm int, h Host) string {
 	k.judge("the terminated domain of VM " + id + " on " + z.Name)
 	s.OnHost(t, z, fmt.Sprintf("virsh -q destroy one-%d", vm))
 	return desc + "; the terminated domain on " + z.Name + ": started, then destroyed"
+}
+
+// ackUnplug plays the guest's part of the PCI hot-unplug of VM vm's disk
+// target on h, which the soak's domains (no guest OS) cannot: QEMU's
+// device_del on the i440fx's ACPI hotplug only raises the slot's bit in
+// the "down" register (I/O port 0xae04) and waits for the guest's _EJ0,
+// its write of that bit to the eject register (0xae08); without it
+// libvirt's detach-disk returns after 5 s with the disk still there, and
+// kvm/detach_disk fails (src/vmm_mad/remotes/kvm/detach_disk:33-41 of
+// release-7.4.0; the soak's seed 31, step 50). A loop on h reads the
+// register every 0.1 s (HMP `i`) and ejects the slot once its bit is up
+// (HMP `o`), as the guest's ACPI handler would. Call it before the
+// detach; the returned function waits for the eject (at most a minute).
+func (k *soak) ackUnplug(h Host, vm int, target string) (acked func()) {
+	t, s := k.t, k.s
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(s.OnHost(t, h, fmt.Sprintf("virsh -q dumpxml one-%d", vm))); err != nil {
+		t.Fatalf("the domain XML of VM %d on %s: %v", vm, h.Name, err)
+	}
+	slot := -1
+	if dom.Devices != nil {
+		for _, d := range dom.Devices.Disks {
+			if d.Target != nil && d.Target.Dev == target && d.Address != nil && d.Address.PCI != nil && d.Address.PCI.Slot != nil {
+				slot = int(*d.Address.PCI.Slot)
+			}
+		}
+	}
+	if slot < 0 || slot > 31 {
+		t.Fatalf("VM %d on %s has no disk %s on a PCI slot of the root bus", vm, h.Name, target)
+	}
+	bit := 1 << slot
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.TryHost(h, fmt.Sprintf(`for i in $(seq 600); do
+	out=$(virsh -q qemu-monitor-command one-%[1]d --hmp 'i 0xae04') || exit 1
+	if (( ${out##*= } & %[2]d )); then
+		exec virsh -q qemu-monitor-command one-%[1]d --hmp 'o /w 0xae08 %[2]d' >/dev/null
+	fi
+	sleep 0.1
+done
+echo "no unplug request for PCI slot %[3]d of one-%[1]d in 60 s" >&2
+exit 1`, vm, bit, slot))
+		done <- err
+	}()
+	return func() {
+		if err := <-done; err != nil {
+			t.Fatalf("the guest's part of the detach of %s (VM %d on %s): %v", target, vm, h.Name, err)
+		}
+	}
 }
 
 // recreate: libvirtd on h stops (the VM's QEMU there runs on, unseen) and
