@@ -661,13 +661,15 @@ func (k *soak) recreate(vm int, h Host) string {
 // rbdfence's host_error hook created as the README says, h is cut off the
 // front-end's network (hosts.sh cut: its QEMUs go on writing to Ceph).
 // oned puts h in ERROR; host_error.rb waits its 2 monitoring intervals,
-// runs `rbdfence fence-host` and reschedules h's ACTIVE VMs (POWEROFF and
-// SUSPENDED ones stay: no -f), which the scheduler starts on the other
-// hosts. The judge checks every VM while h is still cut off (it reads
-// libvirt inside h): no VM writes from two hosts. Then the operator
-// reboots h (every one-* domain there destroyed, from inside), heals it,
-// waits until oned monitors it again, deletes the hook and settles the
-// VMs.
+// runs `rbdfence fence-host` and flags h's ACTIVE, SUSPENDED and POWEROFF
+// VMs for rescheduling (-m; share/hooks/ft/host_error.rb:242-254 of
+// release-7.4.0); the scheduler starts the ACTIVE ones on the other hosts.
+// The judge checks every VM while h is still cut off (it reads libvirt
+// inside h): no VM writes from two hosts. Then the operator clears the
+// flags left (`onevm unresched`: a flag left would move a VM later, in
+// the middle of another step), reboots h (every one-* domain there
+// destroyed, from inside), heals it, waits until oned monitors it again,
+// deletes the hook and settles the VMs.
 func (k *soak) hostFail(h Host) string {
 	t, s := k.t, k.s
 	hook := s.createHostErrorHook(t)
@@ -688,6 +690,11 @@ func (k *soak) hostFail(h Host) string {
 		s.WaitVM(t, vm, "RUNNING on another host than the failed "+h.Name, 6*time.Minute, func(v *VM) bool { return v.Running() && v.Host() != h.Name })
 	}
 	k.judge("the failure of " + h.Name)
+	for _, vm := range k.vms {
+		if v := s.ShowVM(t, vm); v.Resched == "1" {
+			s.One(t, "onevm", "unresched", strconv.Itoa(vm))
+		}
+	}
 	heal()
 	s.WaitHost(t, h.Name, "MONITORED")
 	if _, err := s.Try("onehook", "delete", strconv.Itoa(hook)); err != nil {

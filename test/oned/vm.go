@@ -91,6 +91,7 @@ type VM struct {
 	LCM      int          `xml:"LCM_STATE"`
 	DeployID string       `xml:"DEPLOY_ID"`
 	STime    int64        `xml:"STIME"`
+	Resched  string       `xml:"RESCHED"` // "1": flagged for the scheduler to move
 	Disks    []Disk       `xml:"TEMPLATE>DISK"`
 	User     UserTemplate `xml:"USER_TEMPLATE"`
 	History  []History    `xml:"HISTORY_RECORDS>HISTORY"`
