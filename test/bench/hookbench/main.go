@@ -152,6 +152,19 @@ int main(int c, char **v) {
 	return 0;
 }
 `},
+	{"connected, exit without shutdown", `#include <rados/librados.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int c, char **v) {
+	rados_t r;
+	if (c != 4 || rados_create2(&r, "ceph", v[1], 0) < 0) return 2;
+	rados_conf_set(r, "mon_host", v[2]);
+	rados_conf_set(r, "keyring", v[3]);
+	rados_conf_set(r, "log_to_stderr", "false");
+	if (rados_connect(r) < 0) { fprintf(stderr, "rados_connect failed\n"); return 1; }
+	_exit(0);
+}
+`},
 }
 
 // floor builds floorSrc with cc and times each program n times, the three

@@ -28,7 +28,13 @@
 // flavour deploys a fresh VM (`onevm deploy` to RUNNING, PROLOG included:
 // OpenNebula clones the image in Ceph) on the round's home host (the two
 // hosts alternate by round), live migrates it to the other host and back, and
-// terminates it. It prints the medians of each flavour, their difference,
+// terminates it. Each timed operation starts after a pause (-settle, 2 s),
+// so that none meets what the one before it still does in the background
+// (QEMU's exit, the hooks' and the actions' records, Ceph's deletes). A
+// deploy's time is also cut at the first poll that sees it in BOOT: from
+// there to RUNNING is the VMM deploy alone, where rbdfence acts, without
+// PROLOG's Ceph clone, whose time varies most from one VM to the next.
+// It prints the medians of each flavour, their difference,
 // rbdfence's share of the baseline and the median of the differences within
 // each round (both flavours ran there under the same load).
 //
@@ -62,8 +68,14 @@ import (
 func main() {
 	rounds := flag.Int("rounds", 10, "rounds (each: per flavour, a deploy and two live migrations)")
 	sshMode := flag.String("ssh", "both", "oned's ssh: plain, mux (the packages' multiplexing: OpenNebula's ssh wrapper in oned's PATH) or both (plain rounds, then mux rounds)")
+	settleFlag := flag.Duration("settle", 2*time.Second, "pause before each timed operation, so that none starts while the one before it still ends in the background (QEMU's exit, the hooks' and the actions' records, Ceph's deletes)")
 	trace := flag.Int("trace", 0, "after the rounds, this many rounds under perf, each a deploy and a live migration per flavour: the first round's process trees (each process's start, run time and connects) and the medians of the VMM action's time (trace.go)")
 	flag.Parse()
+	settle = *settleFlag
+	if settle < 0 || settle > time.Minute {
+		fmt.Fprintln(os.Stderr, "onedbench: -settle must be between 0 and 1m")
+		os.Exit(2)
+	}
 	if *rounds < 2 && !(*rounds == 0 && *trace > 0) || *trace < 0 {
 		fmt.Fprintln(os.Stderr, "onedbench: -rounds must be at least 2 (or 0 with -trace)")
 		os.Exit(2)
@@ -79,7 +91,9 @@ func main() {
 	}
 }
 
-type sample struct{ deploy, migrate []time.Duration }
+// sample: each deploy's time to RUNNING, and of it the time from BOOT (the
+// VMM deploy: PROLOG over), and each live migration's time to RUNNING.
+type sample struct{ deploy, boot, migrate []time.Duration }
 
 // flavour is one side of the comparison: the hosts' VM_MAD and the hook.
 type flavour struct {
@@ -139,20 +153,26 @@ func bench(t testenv.T, s *oned.Stack, hooks []hookFile, img oned.Image, rounds 
 				return err
 			}
 			vm := s.NewVM(t, oned.VMTemplate(fmt.Sprintf("bench-%s-%d-%s", mode, r, f.name), img))
-			f.s.deploy = append(f.s.deploy, timeIt(func() { deploy(t, s, vm, home) }))
+			time.Sleep(settle)
+			var boot time.Time
+			f.s.deploy = append(f.s.deploy, timeIt(func() { boot = deploy(t, s, vm, home) }))
+			f.s.boot = append(f.s.boot, time.Since(boot))
+			time.Sleep(settle)
 			f.s.migrate = append(f.s.migrate, timeIt(func() { migrate(t, s, vm, away) }))
+			time.Sleep(settle)
 			f.s.migrate = append(f.s.migrate, timeIt(func() { migrate(t, s, vm, home) }))
 			s.One(t, "onevm", "terminate", "--hard", strconv.Itoa(vm))
 			s.WaitVM(t, vm, "DONE", 2*time.Minute, func(v *oned.VM) bool { return v.State == oned.StateDone })
 		}
-		fmt.Fprintf(os.Stderr, "ssh %s round %d/%d (%s first, home %s): deploy %s / %s, migrate %s %s / %s %s (rbdfence / baseline), %s so far\n",
-			mode, r+1, rounds, order[0].name, home.Name, last(with.s.deploy, 1), last(without.s.deploy, 1),
+		fmt.Fprintf(os.Stderr, "ssh %s round %d/%d (%s first, home %s): deploy %s / %s (from BOOT %s / %s), migrate %s %s / %s %s (rbdfence / baseline), %s so far\n",
+			mode, r+1, rounds, order[0].name, home.Name, last(with.s.deploy, 1), last(without.s.deploy, 1), last(with.s.boot, 1), last(without.s.boot, 1),
 			last(with.s.migrate, 2), last(with.s.migrate, 1), last(without.s.migrate, 2), last(without.s.migrate, 1),
 			time.Since(t0).Round(time.Second))
 	}
-	fmt.Printf("onedbench %s, ssh %s, %d rounds, OpenNebula %s, VM_MAD %s vs kvmbase (hook off); load average at the start %s, at the end %s\n",
-		time.Now().UTC().Format("2006-01-02 15:04Z"), mode, rounds, s.Version, s.Hypervisor, load0, loadavg())
+	fmt.Printf("onedbench %s, ssh %s, %d rounds, OpenNebula %s, VM_MAD %s vs kvmbase (hook off), %s settle; load average at the start %s, at the end %s\n",
+		time.Now().UTC().Format("2006-01-02 15:04Z"), mode, rounds, s.Version, s.Hypervisor, settle, load0, loadavg())
 	report("onevm deploy -> RUNNING", with.s.deploy, without.s.deploy)
+	report("  of it BOOT -> RUNNING", with.s.boot, without.s.boot)
 	report("onevm migrate --live -> RUNNING", with.s.migrate, without.s.migrate)
 	return nil
 }
@@ -262,9 +282,15 @@ func timeIt(f func()) time.Duration { t0 := time.Now(); f(); return time.Since(t
 // last is the n-th duration from the end of d.
 func last(d []time.Duration, n int) time.Duration { return d[len(d)-n].Round(time.Millisecond) }
 
-func deploy(t testenv.T, s *oned.Stack, vm int, to oned.Host) {
+// settle is -settle: the pause before each timed operation.
+var settle time.Duration
+
+// deploy deploys vm on to and returns when it is RUNNING there, with the
+// time the VM was first seen in LCM state BOOT (PROLOG over, the VMM deploy
+// dispatched; the zero time if never seen).
+func deploy(t testenv.T, s *oned.Stack, vm int, to oned.Host) (boot time.Time) {
 	s.One(t, "onevm", "deploy", strconv.Itoa(vm), to.Name, strconv.Itoa(s.SystemDS))
-	waitRunningOn(t, s, vm, to)
+	return waitRunningOn(t, s, vm, to)
 }
 
 func migrate(t testenv.T, s *oned.Stack, vm int, to oned.Host) {
@@ -272,16 +298,27 @@ func migrate(t testenv.T, s *oned.Stack, vm int, to oned.Host) {
 	waitRunningOn(t, s, vm, to)
 }
 
+// lcmBoot is LCM state BOOT (include/VirtualMachine.h of release-7.4.0).
+const lcmBoot = 2
+
 // waitRunningOn polls one.vm.info every 20 ms (the tests' WaitVM polls
 // twice a second: its step would hide a difference of tens of ms) until the
 // VM is RUNNING on to (MigratedTo: after a deploy as after a migration,
 // the record of to has its RSTIME); a VM that leaves ACTIVE or a failure fails the run.
-func waitRunningOn(t testenv.T, s *oned.Stack, vm int, to oned.Host) {
+// boot is when the VM was first seen in BOOT (the zero time if never).
+func waitRunningOn(t testenv.T, s *oned.Stack, vm int, to oned.Host) (boot time.Time) {
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
+		t0 := time.Now()
 		v := s.ShowVM(t, vm)
 		if v.MigratedTo(to.Name) {
-			return
+			if boot.IsZero() {
+				boot = t0
+			}
+			return boot
+		}
+		if v.State == oned.StateActive && v.LCM == lcmBoot && boot.IsZero() {
+			boot = t0
 		}
 		if v.State != oned.StateActive && v.State != oned.StatePending && v.State != oned.StateHold {
 			t.Fatalf("VM %d left ACTIVE on its way to RUNNING on %s: %s\n%s", vm, to.Name, v, s.VMLog(t, vm))
