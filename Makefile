@@ -80,10 +80,11 @@ demo-opennebula: deps build
 # deploy and live migration under OpenNebula 7.4.0's own oned, against the
 # same oned without it (test/bench/onedbench, ONED_ROUNDS rounds with
 # oned's ssh ONED_SSH: plain, mux (the packages' multiplexing) or both; about a
-# minute plus 80 s a round and ssh mode on 2 cores, root, the test/oned stack:
+# minute plus 65 s a round and ssh mode on 2 cores (a 2 s pause before each
+# timed operation; a deploy is also timed from BOOT), root, the test/oned stack:
 # hold /tmp/rbdfence-machine.lock on a shared machine); it stops what it
 # started (make test-clean) whatever its result. Separate targets: the oned
-# one takes the machine's bridge, namespaces and test ports for about 15 minutes a mode (10 rounds).
+# one takes the machine's bridge, namespaces and test ports for about 11 minutes a mode (10 rounds).
 # ONED_TRACE=N adds, after each mode's rounds, N rounds under perf (a
 # deploy and a live migration per flavour): where the time goes, per
 # process, and the VMM action's time by flavour, without PROLOG's noise.
