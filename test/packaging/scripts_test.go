@@ -117,7 +117,12 @@ func TestLogrotate(t *testing.T) {
 	rotate := func(line string) {
 		writeFile(t, log, line, 0o640)
 		mustRunIn(t, "", nil, "logrotate", "-f", "-s", filepath.Join(dir, "state"), filepath.Join(dir, "conf"))
-		waitClock(time.Now().Unix()) // dateformat has the second: the next rotation gets another name
+		// dateformat ends in the second logrotate read, with time(2): the
+		// kernel's coarse clock, which can lag time.Now by a tick. So the
+		// next rotation waits for a whole second past the one in the name
+		// it made, never merely past time.Now's second (CI met "destination
+		// ... already exists" that way).
+		waitClock(rotatedSecond(t, log) + 1)
 	}
 	rotate(`{"event":"fence","n":1}` + "\n")
 	st, err := os.Stat(log)
@@ -132,6 +137,26 @@ func TestLogrotate(t *testing.T) {
 	if gz, _ := filepath.Glob(log + "-*.gz"); len(gz) != 1 {
 		t.Fatalf("the older rotation is not compressed: %v", gz)
 	}
+}
+
+// rotatedSecond is the newest second in the names logrotate gave log's
+// rotations (dateformat -%Y%m%d-%s, compressed or not).
+func rotatedSecond(t *testing.T, log string) int64 {
+	t.Helper()
+	names, _ := filepath.Glob(log + "-*")
+	newest := int64(-1)
+	for _, n := range names {
+		f := strings.Split(strings.TrimSuffix(strings.TrimPrefix(n, log+"-"), ".gz"), "-")
+		sec, err := strconv.ParseInt(f[len(f)-1], 10, 64)
+		if len(f) != 2 || err != nil {
+			t.Fatalf("rotation %s is not named -%%Y%%m%%d-%%s", n)
+		}
+		newest = max(newest, sec)
+	}
+	if newest < 0 {
+		t.Fatalf("logrotate rotated nothing: no %s-*", log)
+	}
+	return newest
 }
 
 // TestInstallBothParts: install.sh from a checkout, both parts on one
