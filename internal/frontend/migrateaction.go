@@ -126,6 +126,7 @@ func MigrateVMM(ctx context.Context, e *Env, self string, args []string, stdinR 
 		m = &migration{a: MigrateArgs{Src: a.Src, Dst: a.Dst, VM: a.VM, DSID: vm.SystemDSID}, vm: vm, run: audit.NewRunID()}
 	}
 	if m != nil {
+		e.probeSSH(a.Dst, a.Src) // both at once: the source's beside the destination's first session
 		if e.Broken != nil {
 			return errorf(outcome.Usage, a.VM, "%v; the migration was not started", e.Broken)
 		}

@@ -110,6 +110,9 @@ func (e *Env) prepareStart(ctx context.Context, in StartInput) (*StartResult, *h
 			return nil, nil, errorf(outcome.Usage, in.VM, "%v", err)
 		}
 	}
+	if in.Host != "" {
+		e.probeSSH(in.Host) // beside oned's answer
+	}
 	vm, err := e.readVM(ctx, in.VM)
 	if err != nil {
 		// No host was asked: nothing was fenced.

@@ -111,3 +111,64 @@ func shortHome(t *testing.T) string {
 	t.Cleanup(func() { os.RemoveAll(h) })
 	return h
 }
+
+// TestProbeSSH: probeSSH probes each host once, without waiting for the
+// probe, and the sessions that follow take its answer (no second probe);
+// where sshArgv would not ask, it probes nothing.
+func TestProbeSSH(t *testing.T) {
+	bin := t.TempDir()
+	// A stand-in ssh whose -G waits for $G_GATE, then logs one line.
+	fake := filepath.Join(bin, "ssh")
+	script := "#!/bin/sh\nfor a; do [ \"$a\" = -G ] && { while [ ! -e \"$G_GATE\" ]; do sleep 0.01; done; echo \"$@\" >> \"$G_LOG\"; echo 'user oneadmin'; exit 0; }; done\nexit 99\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		ssh   string // opennebula.ssh after the fake's path
+		cm    string // SSH_OPT_CONTROL_MASTER
+		hosts []string
+		want  []string // probed
+	}{
+		{name: "one host", hosts: []string{"node1"}, want: []string{"node1"}},
+		{name: "a migration's two hosts", hosts: []string{"node2", "node1"}, want: []string{"node2", "node1"}},
+		{name: "the same host twice", hosts: []string{"node1", "node1"}, want: []string{"node1"}},
+		{name: "oned says no master", cm: "no", hosts: []string{"node1"}},
+		{name: "ControlMaster in opennebula.ssh", ssh: " -o ControlMaster=no", hosts: []string{"node1"}},
+		{name: "a bad host name", hosts: []string{"-oProxyCommand=x", "node1"}, want: []string{"node1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			log, gate := filepath.Join(dir, "probes"), filepath.Join(dir, "gate")
+			t.Setenv("HOME", shortHome(t))
+			t.Setenv("G_LOG", log)
+			t.Setenv("G_GATE", gate)
+			t.Setenv("SSH_OPT_CONTROL_MASTER", tc.cm)
+			cfg := config.Default()
+			cfg.OpenNebula.SSH = fake + tc.ssh
+			e := &Env{Cfg: cfg}
+			if got := e.probeHosts(tc.hosts); strings.Join(got, " ") != strings.Join(tc.want, " ") {
+				t.Fatalf("probes %q, want %q", got, tc.want)
+			}
+			returned := make(chan struct{})
+			go func() { e.probeSSH(tc.hosts...); close(returned) }()
+			select {
+			case <-returned: // while every probe waits for the gate
+			case <-time.After(10 * time.Second):
+				t.Fatal("probeSSH waits for its probes")
+			}
+			if err := os.WriteFile(gate, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for _, h := range tc.want {
+				if _, err := e.sshArgv(h, []string{"x"}); err != nil { // waits for the probe, asks none
+					t.Fatal(err)
+				}
+			}
+			b, _ := os.ReadFile(log)
+			if got := strings.Count(string(b), "\n"); got != len(tc.want) {
+				t.Fatalf("%d probes, want %d:\n%s", got, len(tc.want), b)
+			}
+		})
+	}
+}
