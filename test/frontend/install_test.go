@@ -185,6 +185,19 @@ func TestInstallFrontend(t *testing.T) {
 		if !strings.Contains(r.stdout, "onehook create "+filepath.Join(hooks, "host_error.hook")) {
 			t.Fatalf("the HA hook is not offered:\n%s", r.stdout)
 		}
+		// The PROLOG hook that opens rbdfence's ssh master for the deploy.
+		warm := readFile(t, filepath.Join(hooks, "prolog_ssh.hook"))
+		for _, want := range []string{"COMMAND         = rbdfence/sshwarm-rbdfence", `ARGUMENTS       = "$TEMPLATE"`, "ARGUMENTS_STDIN = yes", "RESOURCE        = VM", "ON              = PROLOG"} {
+			if !strings.Contains(warm, want) {
+				t.Fatalf("PROLOG hook template lacks %q:\n%s", want, warm)
+			}
+		}
+		if !strings.Contains(r.stdout, "onehook create "+filepath.Join(hooks, "prolog_ssh.hook")) {
+			t.Fatalf("the PROLOG ssh hook is not offered:\n%s", r.stdout)
+		}
+		if out, err := exec.Command(filepath.Join(hooks, "sshwarm-rbdfence"), "x").CombinedOutput(); !strings.Contains(string(out), "takes no arguments") {
+			t.Fatalf("installed sshwarm-rbdfence is not rbdfence's PROLOG hook: %v %s", err, out)
+		}
 		out, err := exec.Command(filepath.Join(hooks, "fence_host.sh")).CombinedOutput()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "fence-host: stdin is empty") {
 			t.Fatalf("installed fence_host.sh does not run rbdfence fence-host: %v %s", err, out)

@@ -1,6 +1,7 @@
 package oned
 
 import (
+	"encoding/base64"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,7 +18,63 @@ func TestDeployAndLiveMigrate(t *testing.T) {
 	// parallel tests it failed once on this 2-core machine (oned showed the
 	// VM RUNNING on the destination while virsh there had no one-N yet);
 	// alone it passed every time (Dec 2).
-	testDeployAndLiveMigrate(t, Start(t, "fe74"))
+	s := Start(t, "fe74")
+	testDeployAndLiveMigrate(t, s)
+	// Here too, alone: the HA hook test counts the state hooks.
+	t.Run("PrologSSHHook", func(t *testing.T) { testPrologSSHHook(t, s) })
+}
+
+// testPrologSSHHook (README: Performance, "ssh without multiplexing"): the
+// PROLOG hook install.sh frontend ships, created with onehook create, opens
+// rbdfence's own ssh master to the VM's host while PROLOG runs (the stack's
+// ssh does not multiplex: no ControlPath in its config), and the deploy
+// action that follows rides that master: after RUNNING, the master that
+// runs is the one the hook's execution record says it opened (had the
+// deploy opened one first, the hook would have found it open).
+func testPrologSSHHook(t *testing.T, s *Stack) {
+	b := s.Hosts[1]
+	check := "ssh -o ControlPath=$HOME/.ssh/rbdfence/%C -O check " + b.Name + " 2>&1"
+	// The deploy and migration above left rbdfence's master to b open.
+	_, _ = s.Try("sh", "-c", "ssh -o ControlPath=$HOME/.ssh/rbdfence/%C -O exit "+b.Name)
+	if out, err := s.Try("sh", "-c", check); err == nil {
+		t.Fatalf("rbdfence's master to %s still runs after ssh -O exit: %s", b.Name, out)
+	}
+	out := s.One(t, "onehook", "create", "/var/lib/one/remotes/hooks/rbdfence/prolog_ssh.hook")
+	hook, err := parseID(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = s.Try("onehook", "delete", strconv.Itoa(hook)) }()
+	vm, _, _ := s.DeployNew(t, "prolog-ssh", false, b)
+
+	var said string
+	hx := s.One(t, "onehook", "show", "-x", strconv.Itoa(hook))
+	for _, rec := range strings.Split(hx, "<HOOK_EXECUTION_RECORD>")[1:] {
+		if !strings.Contains(rec, "<CODE>0</CODE>") {
+			continue
+		}
+		for _, tag := range []string{"STDERR", "STDOUT"} {
+			if _, v, ok := strings.Cut(rec, "<"+tag+">"); ok {
+				v, _, _ = strings.Cut(v, "</"+tag+">")
+				v = strings.TrimSuffix(strings.TrimPrefix(v, "<![CDATA["), "]]>")
+				if d, err := base64.StdEncoding.DecodeString(v); err == nil {
+					v = string(d)
+				}
+				if strings.Contains(v, "INFO: "+strconv.Itoa(vm)+" rbdfence: ssh master to "+b.Name+" opened for the deploy") {
+					said = v
+				}
+			}
+		}
+	}
+	_, pid, ok := strings.Cut(said, "(pid ")
+	pid, _, _ = strings.Cut(pid, ",")
+	if !ok || pid == "" {
+		t.Fatalf("hook %d has no successful execution that opened the master for VM %d:\n%s", hook, vm, hx)
+	}
+	now, err := s.Try("sh", "-c", check)
+	if err != nil || !strings.Contains(now, "(pid="+pid+")") {
+		t.Fatalf("after the deploy of VM %d the master to %s is %q (%v), not the one the PROLOG hook opened (pid %s)", vm, b.Name, now, err, pid)
+	}
 }
 
 func testDeployAndLiveMigrate(t *testing.T, s *Stack) {
