@@ -79,8 +79,7 @@ func (e *Env) probeSSH(hosts ...string) {
 // sshArgv would not ask (a ControlMaster in opennebula.ssh,
 // $SSH_OPT_CONTROL_MASTER=no).
 func (e *Env) probeHosts(hosts []string) []string {
-	cm := controlMaster(strings.Fields(e.Cfg.OpenNebula.SSH))
-	if cm == "" || cm == "no" {
+	if !e.masterAsked() {
 		return nil
 	}
 	var out []string
@@ -90,6 +89,14 @@ func (e *Env) probeHosts(hosts []string) []string {
 		}
 	}
 	return out
+}
+
+// masterAsked says whether sshArgv asks for a master (and so for
+// control.opts): opennebula.ssh names no ControlMaster and
+// $SSH_OPT_CONTROL_MASTER is not "no".
+func (e *Env) masterAsked() bool {
+	cm := controlMaster(strings.Fields(e.Cfg.OpenNebula.SSH))
+	return cm != "" && cm != "no"
 }
 
 // shellQuote quotes s for a POSIX shell (ssh hands its command to the

@@ -14,13 +14,9 @@ import (
 // only where the user's ssh config names no ControlPath, and never over a
 // delegated action's, an admin's or oned's ControlMaster choice.
 func TestSSHOwnMaster(t *testing.T) {
-	bin := t.TempDir()
 	// A stand-in ssh: -G prints $G_OUT (exit $G_RC); the effective config
 	// is what a test case says it is.
-	fake := filepath.Join(bin, "ssh")
-	if err := os.WriteFile(fake, []byte("#!/bin/sh\nfor a; do [ \"$a\" = -G ] && { printf '%b' \"$G_OUT\"; exit ${G_RC:-0}; }; done\nexit 99\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	fake := standInSSH(t, "for a; do [ \"$a\" = -G ] && { printf '%b' \"$G_OUT\"; exit ${G_RC:-0}; }; done\nexit 99\n")
 	plain := "user root\\nhostname node1\\ncontrolmaster false\\ncontrolpersist no\\n"
 	for _, tc := range []struct {
 		name    string
@@ -100,6 +96,16 @@ func TestSSHOwnMaster(t *testing.T) {
 	}
 }
 
+// standInSSH writes a stand-in ssh, the shell script body, and returns its path.
+func standInSSH(t *testing.T, body string) string {
+	t.Helper()
+	fake := filepath.Join(t.TempDir(), "ssh")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return fake
+}
+
 // shortHome is a home directory whose control socket path fits a socket
 // address (t.TempDir's names are too long for one).
 func shortHome(t *testing.T) string {
@@ -116,13 +122,8 @@ func shortHome(t *testing.T) string {
 // probe, and the sessions that follow take its answer (no second probe);
 // where sshArgv would not ask, it probes nothing.
 func TestProbeSSH(t *testing.T) {
-	bin := t.TempDir()
 	// A stand-in ssh whose -G waits for $G_GATE, then logs one line.
-	fake := filepath.Join(bin, "ssh")
-	script := "#!/bin/sh\nfor a; do [ \"$a\" = -G ] && { while [ ! -e \"$G_GATE\" ]; do sleep 0.01; done; echo \"$@\" >> \"$G_LOG\"; echo 'user oneadmin'; exit 0; }; done\nexit 99\n"
-	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	fake := standInSSH(t, "for a; do [ \"$a\" = -G ] && { while [ ! -e \"$G_GATE\" ]; do sleep 0.01; done; echo \"$@\" >> \"$G_LOG\"; echo 'user oneadmin'; exit 0; }; done\nexit 99\n")
 	for _, tc := range []struct {
 		name  string
 		ssh   string // opennebula.ssh after the fake's path

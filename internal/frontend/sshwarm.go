@@ -47,7 +47,7 @@ func WarmSSH(ctx context.Context, e *Env, args []string, stdin io.Reader) error 
 	if err := checkHost("host", vm.Host); err != nil {
 		return errorf(outcome.Usage, vm.ID, "%v; no ssh connection opened", err)
 	}
-	if cm := controlMaster(strings.Fields(e.Cfg.OpenNebula.SSH)); cm == "" || cm == "no" || len(e.control.opts(e.Cfg, vm.Host)) == 0 {
+	if !e.masterAsked() || len(e.control.opts(e.Cfg, vm.Host)) == 0 {
 		e.Log.Info("no ssh master of rbdfence's own to %s (the ssh config or $SSH_OPT_CONTROL_MASTER chooses the master, or opennebula.ssh_persist is 0): nothing to open", vm.Host)
 		return nil
 	}

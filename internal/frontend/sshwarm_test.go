@@ -16,13 +16,10 @@ import (
 // (ssh with the master's options, running `true`) only where rbdfence
 // would open one, and says plainly why it opened nothing.
 func TestWarmSSH(t *testing.T) {
-	bin := t.TempDir()
-	// A stand-in ssh: -G prints $G_OUT; otherwise it logs its argv and
-	// exits $SSH_RC.
-	fake := filepath.Join(bin, "ssh")
-	if err := os.WriteFile(fake, []byte("#!/bin/sh\nfor a; do [ \"$a\" = -G ] && { printf '%b' \"$G_OUT\"; exit 0; }; [ \"$a\" = check ] && { [ -e \"$MASTER\" ] || exit 255; echo 'Master running (pid=4242)' >&2; exit 0; }; done\necho \"$@\" >> \"$SSH_LOG\"\n[ \"${SSH_RC:-0}\" = 0 ] && : > \"$MASTER\"\n[ \"${SSH_RC:-0}\" = 0 ] || echo 'ssh: connect to host node1 port 22: Connection refused' >&2\nexit ${SSH_RC:-0}\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	// A stand-in ssh: -G prints $G_OUT; -O check says whether $MASTER
+	// exists; otherwise it logs its argv and exits $SSH_RC (0 makes the
+	// master).
+	fake := standInSSH(t, "for a; do [ \"$a\" = -G ] && { printf '%b' \"$G_OUT\"; exit 0; }; [ \"$a\" = check ] && { [ -e \"$MASTER\" ] || exit 255; echo 'Master running (pid=4242)' >&2; exit 0; }; done\necho \"$@\" >> \"$SSH_LOG\"\n[ \"${SSH_RC:-0}\" = 0 ] && : > \"$MASTER\"\n[ \"${SSH_RC:-0}\" = 0 ] || echo 'ssh: connect to host node1 port 22: Connection refused' >&2\nexit ${SSH_RC:-0}\n")
 	plain := "user oneadmin\\nhostname node1\\n"
 	vmXML := func(history string) string {
 		return base64.StdEncoding.EncodeToString([]byte("<VM><ID>7</ID><NAME>v</NAME><STATE>3</STATE><LCM_STATE>1</LCM_STATE><HISTORY_RECORDS>" + history + "</HISTORY_RECORDS></VM>"))
