@@ -174,9 +174,9 @@ type span struct {
 
 // traceRounds runs n rounds of the flavours under perf (the order
 // alternating by round, the home host too): each a fresh VM's deploy on
-// home and its live migration to the other host. It prints the process
-// tree of each operation of the first round and, over the rounds, the
-// time of the VMM action (actionTime) by flavour: what rbdfence adds
+// home, its live migration to the other host and back home (as in the
+// timed rounds). It prints the process tree of each operation of the first
+// round and, over the rounds, the time of the VMM action (actionTime) by flavour: what rbdfence adds
 // without the noise of PROLOG (the Ceph clone) and of oned's queues.
 func traceRounds(t testenv.T, s *oned.Stack, hooks []hookFile, img oned.Image, mode string, flavours []*flavour, n int) error {
 	dir, err := os.MkdirTemp("", "onedbench-trace")
@@ -184,7 +184,7 @@ func traceRounds(t testenv.T, s *oned.Stack, hooks []hookFile, img oned.Image, m
 		return err
 	}
 	defer os.RemoveAll(dir)
-	type acts struct{ deploy, migrate, toRunD, toRunM []time.Duration }
+	type acts struct{ deploy, migrate, back, toRunD, toRunM, toRunB []time.Duration }
 	got := map[string]*acts{}
 	for r := 0; r < n; r++ {
 		order := flavours
@@ -206,6 +206,10 @@ func traceRounds(t testenv.T, s *oned.Stack, hooks []hookFile, img oned.Image, m
 			a.migrate = append(a.migrate, actionTime(procs, spans[1]))
 			a.toRunD = append(a.toRunD, spans[0].end-spans[0].start)
 			a.toRunM = append(a.toRunM, spans[1].end-spans[1].start)
+			a.back = append(a.back, actionTime(procs, spans[2]))
+			a.toRunB = append(a.toRunB, spans[2].end-spans[2].start)
+			fmt.Fprintf(os.Stderr, "traced ssh %s round %d/%d %s (home %s): VMM action / to RUNNING: deploy %s / %s, migrate %s / %s, back %s / %s\n",
+				mode, r+1, n, f.name, home.Name, last(a.deploy, 1), last(a.toRunD, 1), last(a.migrate, 1), last(a.toRunM, 1), last(a.back, 1), last(a.toRunB, 1))
 			if r == 0 {
 				printTrees(procs, spans, f.name, mode, s, home, away)
 			}
@@ -215,6 +219,7 @@ func traceRounds(t testenv.T, s *oned.Stack, hooks []hookFile, img oned.Image, m
 	fmt.Printf("\ntraced, ssh %s, %d rounds: the VMM action (deploy-rbdfence or the driver's remote deploy; migrate-rbdfence or the driver's migrate), medians\n", mode, n)
 	reportAction("deploy action", w.deploy, b.deploy, b.toRunD)
 	reportAction("live migration action", w.migrate, b.migrate, b.toRunM)
+	reportAction("  and back home", w.back, b.back, b.toRunB)
 	return nil
 }
 
@@ -234,13 +239,15 @@ func reportAction(name string, with, without, baseToRunning []time.Duration) {
 }
 
 // traceOne is one flavour's VM of round r under perf: its deploy on home,
-// its live migration to away, then its end (untraced).
+// its live migration to away and back home, each after the settle pause as
+// in the timed rounds, then its end (untraced).
 func traceOne(t testenv.T, s *oned.Stack, hooks []hookFile, img oned.Image, mode string, f *flavour, home, away oned.Host, dir string, r int) ([]span, map[int]*tproc, error) {
 	if err := use(t, s, hooks, f); err != nil {
 		return nil, nil, err
 	}
 	vm := s.NewVM(t, oned.VMTemplate(fmt.Sprintf("trace-%s-%d-%s", mode, r, f.name), img))
 	// After the timed rounds: ssh masters and caches as warm as theirs.
+	time.Sleep(settle)
 	rec, err := startPerf(dir)
 	if err != nil {
 		return nil, nil, err
@@ -252,7 +259,12 @@ func traceOne(t testenv.T, s *oned.Stack, hooks []hookFile, img oned.Image, mode
 		spans = append(spans, span{name, t0, monoNow()})
 	}
 	op("onevm deploy", func() { deploy(t, s, vm, home) })
+	time.Sleep(settle)
 	op("onevm migrate --live", func() { migrate(t, s, vm, away) })
+	jobInfo(s, f.name, "migrate", vm, away)
+	time.Sleep(settle)
+	op("onevm migrate --live back", func() { migrate(t, s, vm, home) })
+	jobInfo(s, f.name, "back", vm, home)
 	out, err := rec.stop()
 	s.One(t, "onevm", "terminate", "--hard", strconv.Itoa(vm))
 	s.WaitVM(t, vm, "DONE", 2*time.Minute, func(v *oned.VM) bool { return v.State == oned.StateDone })
@@ -260,6 +272,30 @@ func traceOne(t testenv.T, s *oned.Stack, hooks []hookFile, img oned.Image, mode
 		return nil, nil, err
 	}
 	return spans, parsePerf(out), nil
+}
+
+// jobInfo prints, on one line to stderr, what libvirt on the destination
+// says of the migration it completed (virsh domjobinfo --completed): its
+// time, setup, downtime, iterations and data, to tell the transfer from
+// what is around it.
+func jobInfo(s *oned.Stack, flavour, what string, vm int, dst oned.Host) {
+	out, err := s.TryHost(dst, fmt.Sprintf("virsh domjobinfo --completed one-%d", vm))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "jobinfo %s %s on %s: %v\n", flavour, what, dst.Name, err)
+		return
+	}
+	var kv []string
+	for _, l := range strings.Split(out, "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		switch k = strings.TrimSpace(k); k {
+		case "Time elapsed", "Time elapsed w/o network", "Setup time", "Total downtime", "Downtime w/o network", "Memory iterations", "Data processed", "Dirty rate", "Memory postcopy requests":
+			kv = append(kv, k+"="+strings.Join(strings.Fields(v), ""))
+		}
+	}
+	fmt.Fprintf(os.Stderr, "jobinfo %s %s on %s: %s\n", flavour, what, dst.Name, strings.Join(kv, " "))
 }
 
 // actionTime is the run time of the VMM action within sp: the longest
