@@ -398,7 +398,8 @@ install_frontend() {
 	echo "  - optional, HA without a BMC (README: Host failure): give this front-end Ceph access, then"
 	echo "    as oneadmin: onehook create $REMOTES/hooks/rbdfence/host_error.hook"
 	echo "  - optional, where oneadmin's ssh does not multiplex (no ControlPath in its ssh config): open rbdfence's ssh"
-	echo "    master while PROLOG runs (README: Performance), as oneadmin: onehook create $REMOTES/hooks/rbdfence/prolog_ssh.hook"
+	echo "    masters while PROLOG and a live migration's tm premigrate run (README: ssh without multiplexing), as oneadmin:"
+	echo "    onehook create $REMOTES/hooks/rbdfence/prolog_ssh.hook; onehook create $REMOTES/hooks/rbdfence/migrate_ssh.hook"
 }
 
 uninstall_frontend() {

@@ -1,9 +1,11 @@
-// Command sshwarm-rbdfence is an oned state hook on PROLOG, created from
-// packaging/files/prolog_ssh.hook (`onehook create`): while PROLOG copies a
-// VM's disks it opens rbdfence's own ssh master to the VM's host, so that
-// the deploy action that follows does not open a connection of its own.
-// It fences nothing and touches no claim; it does nothing where oneadmin's
-// ssh config already multiplexes (the packages' does).
+// Command sshwarm-rbdfence is an oned state hook, created with `onehook
+// create` from packaging/files/prolog_ssh.hook (on PROLOG: while PROLOG
+// copies a VM's disks it opens rbdfence's own ssh master to the VM's host)
+// and packaging/files/migrate_ssh.hook (on MIGRATE: while a live
+// migration's tm premigrate runs, to its source and destination), so that
+// the deploy or migrate action that follows does not open connections of
+// its own. It fences nothing and touches no claim; it does nothing where
+// oneadmin's ssh config already multiplexes (the packages' does).
 //
 //	sshwarm-rbdfence   (stdin: the VM's base64 XML, oned's $TEMPLATE)
 //

@@ -128,6 +128,7 @@ func Run(ctx context.Context, o Options) []Result {
 		out = append(out, checkWrappers(o.Root, fx)...)
 		out = append(out, checkVMMAD(o.Root, fx))
 		out = append(out, checkOned(ctx, cfg))
+		out = append(out, checkSSHHooks(ctx, o.Root, cfg))
 		out = append(out, checkHostAddrs(ctx, o.Root, cfg))
 		if o.HostFences != nil {
 			out = append(out, checkHostFences(ctx, o.HostFences))

@@ -66,7 +66,7 @@ func TestDoctor(t *testing.T) {
 	if r.code != 0 || strings.Contains(r.stdout, "FAIL") {
 		t.Fatalf("doctor on a good install: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	for _, check := range []string{"config", "ceph ", "ceph-read", "ceph-blocklist", "libvirt-hook", "vmm-wrappers", "tm-ceph", "host-binary", "vm-mad", "oned", "host-fences"} {
+	for _, check := range []string{"config", "ceph ", "ceph-read", "ceph-blocklist", "libvirt-hook", "vmm-wrappers", "tm-ceph", "host-binary", "vm-mad", "oned", "ssh-hooks", "host-fences"} {
 		if !strings.Contains(r.stdout, "PASS  "+check) {
 			t.Errorf("no PASS line for %q:\n%s", check, r.stdout)
 		}

@@ -96,7 +96,7 @@ var readmeTried = []struct{ re, how string }{
 	{`^\./install\.sh host$`, "test test/hook/install_test.go TestInstallHostQemuD host"},
 	{`^onehost sync --force$`, "test test/frontend/install_test.go TestInstallFrontend onehost sync --force"},
 	{`^onehook (create /var/lib/one/remotes/hooks/rbdfence/host_error\.hook|list)$`, "oned hostfail_test.go TestHostFailures/HostErrorHookFencesAndReschedules onehook create list host_error.hook"},
-	{`^onehook create /var/lib/one/remotes/hooks/rbdfence/prolog_ssh\.hook$`, "oned deploy_test.go TestDeployAndLiveMigrate/PrologSSHHook onehook create prolog_ssh.hook"},
+	{`^onehook create /var/lib/one/remotes/hooks/rbdfence/(prolog|migrate)_ssh\.hook$`, "oned deploy_test.go TestDeployAndLiveMigrate/SSHHooks onehook create prolog_ssh.hook migrate_ssh.hook"},
 	{`^onevm (show|poweroff|resume) 42`, "oned lifecycle_test.go TestPoweroffResume onevm show poweroff resume"},
 	{`^systemctl restart (opennebula|libvirtd)$`, "not run: no test restarts the machine's oned or libvirtd; the tests start their own"},
 }

@@ -185,15 +185,21 @@ func TestInstallFrontend(t *testing.T) {
 		if !strings.Contains(r.stdout, "onehook create "+filepath.Join(hooks, "host_error.hook")) {
 			t.Fatalf("the HA hook is not offered:\n%s", r.stdout)
 		}
-		// The PROLOG hook that opens rbdfence's ssh master for the deploy.
-		warm := readFile(t, filepath.Join(hooks, "prolog_ssh.hook"))
-		for _, want := range []string{"COMMAND         = rbdfence/sshwarm-rbdfence", `ARGUMENTS       = "$TEMPLATE"`, "ARGUMENTS_STDIN = yes", "RESOURCE        = VM", "ON              = PROLOG"} {
-			if !strings.Contains(warm, want) {
-				t.Fatalf("PROLOG hook template lacks %q:\n%s", want, warm)
+		// The state hooks that open rbdfence's ssh masters for the deploy
+		// (PROLOG) and for the live migration (MIGRATE).
+		for file, on := range map[string][]string{
+			"prolog_ssh.hook":  {"ON              = PROLOG"},
+			"migrate_ssh.hook": {"ON              = CUSTOM", "STATE           = ACTIVE", "LCM_STATE       = MIGRATE"},
+		} {
+			warm := readFile(t, filepath.Join(hooks, file))
+			for _, want := range append([]string{"COMMAND         = rbdfence/sshwarm-rbdfence", `ARGUMENTS       = "$TEMPLATE"`, "ARGUMENTS_STDIN = yes", "RESOURCE        = VM"}, on...) {
+				if !strings.Contains(warm, want) {
+					t.Fatalf("hook template %s lacks %q:\n%s", file, want, warm)
+				}
 			}
-		}
-		if !strings.Contains(r.stdout, "onehook create "+filepath.Join(hooks, "prolog_ssh.hook")) {
-			t.Fatalf("the PROLOG ssh hook is not offered:\n%s", r.stdout)
+			if !strings.Contains(r.stdout, "onehook create "+filepath.Join(hooks, file)) {
+				t.Fatalf("the ssh hook %s is not offered:\n%s", file, r.stdout)
+			}
 		}
 		if out, err := exec.Command(filepath.Join(hooks, "sshwarm-rbdfence"), "x").CombinedOutput(); !strings.Contains(string(out), "takes no arguments") {
 			t.Fatalf("installed sshwarm-rbdfence is not rbdfence's PROLOG hook: %v %s", err, out)

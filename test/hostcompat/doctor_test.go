@@ -101,7 +101,7 @@ func TestDoctorFrontend(t *testing.T) {
 	inst("--apply")
 	r.nsHost("rbdf-a", testenv.Bin(t, "rbdfence-hook"))
 	cfg := r.frontendConfig("rbdfence.yaml", "", "")
-	checks := []string{"config", "ceph", "vmm-wrappers", "host-binary", "tm-ceph", "vm-mad", "oned", "host-fence-addresses", "host-fences", "host rbdf-a"}
+	checks := []string{"config", "ceph", "vmm-wrappers", "host-binary", "tm-ceph", "vm-mad", "oned", "ssh-hooks", "host-fence-addresses", "host-fences", "host rbdf-a"}
 
 	lines, res := doctorLines(t, cfg, bin, "--role", "frontend", "--root", prefix)
 	t.Logf("correct front-end:\n%s", res.stdout)
@@ -161,8 +161,9 @@ func TestDoctorFrontend(t *testing.T) {
 		bad := r.write("unreachable.yaml", strings.Replace(readFile(t, cfg), r.sim.URL(), "http://127.0.0.1:1/RPC2", 1), 0o644)
 		lines, res := doctorLines(t, bad, bin, "--role", "frontend", "--root", prefix)
 		if res.code == 0 || !strings.HasPrefix(lines["oned"], "FAIL ") || !strings.HasSuffix(lines["oned"], "; fix: check opennebula.endpoint (http://127.0.0.1:1/RPC2) and opennebula.auth_file ("+r.path("one_auth")+": one line user:password)") ||
-			!strings.HasSuffix(lines["hosts"], "; fix: see the oned check") {
-			t.Fatalf("%q %q\n%s", lines["oned"], lines["hosts"], res.stdout)
+			!strings.HasSuffix(lines["hosts"], "; fix: see the oned check") ||
+			!strings.HasPrefix(lines["ssh-hooks"], "FAIL cannot list oned's hooks: ") || !strings.HasSuffix(lines["ssh-hooks"], "; fix: see the oned check") {
+			t.Fatalf("%q %q %q\n%s", lines["oned"], lines["hosts"], lines["ssh-hooks"], res.stdout)
 		}
 	})
 }

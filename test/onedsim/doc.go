@@ -30,6 +30,7 @@
 //	one.host.info(session, id[, decrypt])      <HOST> (Host.cc:401-429), VMS from the VMs' last HISTORY
 //	one.hostpool.info(session)                 <HOST_POOL>
 //	one.host.update(session, id, template[, type]) 0 replace, 1 merge the host's TEMPLATE
+//	one.hookpool.info(session, filter, start, end) <HOOK_POOL/>: the sim runs no hooks
 //
 // one.vm.update parses the template as oned does (XML when it starts with
 // '<', else OpenNebula syntax: NAME = "value", NAME = [ A = "x", B = y ],

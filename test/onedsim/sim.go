@@ -350,6 +350,7 @@ var methods = map[string]method{
 	"one.host.info":           {"ib", 1, (*Sim).hostInfo},
 	"one.hostpool.info":       {"", 0, (*Sim).hostPoolInfo},
 	"one.host.update":         {"isi", 2, (*Sim).hostUpdate},
+	"one.hookpool.info":       {"iii", 0, (*Sim).hookPoolInfo},
 }
 
 func (s *Sim) dispatch(c *rpcCall) []byte {
@@ -522,4 +523,10 @@ func (s *Sim) vmPoolInfo(name string, p []any) []byte {
 
 func (s *Sim) systemVersion(string, []any) []byte {
 	return encodeResponse(true, Version, 0)
+}
+
+// hookPoolInfo answers one.hookpool.info with an empty pool: the sim runs
+// no hooks (test/oned has oned's own).
+func (s *Sim) hookPoolInfo(string, []any) []byte {
+	return encodeResponse(true, "<HOOK_POOL></HOOK_POOL>", 0)
 }

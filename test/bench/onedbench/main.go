@@ -7,9 +7,9 @@
 //   - rbdfence: both hosts with VM_MAD "kvm", rbdfence's local actions as
 //     `install.sh frontend --apply` leaves them, and rbdfence's libvirt hook
 //     (/etc/libvirt/hooks/qemu.d/10-rbdfence, install.sh host) in place,
-//     and (-prolog, the default) rbdfence's PROLOG hook created with
-//     onehook create (README: ssh without multiplexing), deleted again for
-//     the baseline;
+//     and (-sshhooks, the default) rbdfence's ssh hooks on PROLOG and
+//     MIGRATE created with onehook create (README: ssh without
+//     multiplexing), deleted again for the baseline;
 //   - baseline, OpenNebula without rbdfence: both hosts with VM_MAD
 //     "kvmbase", the same driver line without the -l actions (added by this
 //     program), and the hook file replaced by `exit 0`.
@@ -72,10 +72,10 @@ func main() {
 	rounds := flag.Int("rounds", 10, "rounds (each: per flavour, a deploy and two live migrations)")
 	sshMode := flag.String("ssh", "both", "oned's ssh: plain, mux (the packages' multiplexing: OpenNebula's ssh wrapper in oned's PATH) or both (plain rounds, then mux rounds)")
 	settleFlag := flag.Duration("settle", 2*time.Second, "pause before each timed operation, so that none starts while the one before it still ends in the background (QEMU's exit, the hooks' and the actions' records, Ceph's deletes)")
-	prolog := flag.Bool("prolog", true, "the rbdfence flavour has rbdfence's PROLOG hook (packaging/files/prolog_ssh.hook: rbdfence's ssh master opened while PROLOG runs), created with onehook create for its deploys and deleted for the baseline's")
+	sshHooksFlag := flag.Bool("sshhooks", true, "the rbdfence flavour has rbdfence's ssh hooks (packaging/files/prolog_ssh.hook and migrate_ssh.hook: rbdfence's ssh masters opened while PROLOG and a live migration's tm premigrate run), created with onehook create for its VMs and deleted for the baseline's")
 	trace := flag.Int("trace", 0, "after the rounds, this many rounds under perf, each a deploy and a live migration per flavour: the first round's process trees (each process's start, run time and connects) and the medians of the VMM action's time (trace.go)")
 	flag.Parse()
-	settle, prologHook = *settleFlag, *prolog
+	settle, sshHooks = *settleFlag, *sshHooksFlag
 	if settle < 0 || settle > time.Minute {
 		fmt.Fprintln(os.Stderr, "onedbench: -settle must be between 0 and 1m")
 		os.Exit(2)
@@ -173,8 +173,8 @@ func bench(t testenv.T, s *oned.Stack, hooks []hookFile, img oned.Image, rounds 
 			last(with.s.migrate, 2), last(with.s.migrate, 1), last(without.s.migrate, 2), last(without.s.migrate, 1),
 			time.Since(t0).Round(time.Second))
 	}
-	fmt.Printf("onedbench %s, ssh %s, %d rounds, OpenNebula %s, VM_MAD %s vs kvmbase (hook off), PROLOG hook %s, %s settle; load average at the start %s, at the end %s\n",
-		time.Now().UTC().Format("2006-01-02 15:04Z"), mode, rounds, s.Version, s.Hypervisor, map[bool]string{true: "on", false: "off"}[prologHook], settle, load0, loadavg())
+	fmt.Printf("onedbench %s, ssh %s, %d rounds, OpenNebula %s, VM_MAD %s vs kvmbase (hook off), ssh hooks %s, %s settle; load average at the start %s, at the end %s\n",
+		time.Now().UTC().Format("2006-01-02 15:04Z"), mode, rounds, s.Version, s.Hypervisor, map[bool]string{true: "on", false: "off"}[sshHooks], settle, load0, loadavg())
 	report("onevm deploy -> RUNNING", with.s.deploy, without.s.deploy)
 	report("  of it BOOT -> RUNNING", with.s.boot, without.s.boot)
 	report("onevm migrate --live -> RUNNING", with.s.migrate, without.s.migrate)
@@ -247,48 +247,57 @@ func putFile(path string, body []byte, mode os.FileMode) error {
 	return nil
 }
 
-// prologHook: the rbdfence flavour has rbdfence's PROLOG hook (-prolog);
-// prologID is the hook while it exists (-1: none).
+// sshHooks: the rbdfence flavour has rbdfence's ssh hooks (-sshhooks);
+// sshHookIDs are the hooks while they exist (nil: none).
 var (
-	prologHook bool
-	prologID   = -1
+	sshHooks   bool
+	sshHookIDs []int
+	hooksClean bool // their deletion at the program's end is registered
 )
 
-// usePrologHook creates rbdfence's PROLOG hook for the rbdfence flavour
-// (onehook create, as the README says) and deletes it for the baseline's:
-// OpenNebula without rbdfence has no such hook. It is deleted when the
+// sshHookFiles are the hooks' templates as install.sh frontend installs them.
+var sshHookFiles = []string{"/var/lib/one/remotes/hooks/rbdfence/prolog_ssh.hook", "/var/lib/one/remotes/hooks/rbdfence/migrate_ssh.hook"}
+
+// useSSHHooks creates rbdfence's ssh hooks for the rbdfence flavour
+// (onehook create, as the README says) and deletes them for the baseline's:
+// OpenNebula without rbdfence has no such hooks. They are deleted when the
 // program ends, failed or not.
-func usePrologHook(t testenv.T, s *oned.Stack, on bool) error {
+func useSSHHooks(t testenv.T, s *oned.Stack, on bool) error {
+	if !hooksClean {
+		hooksClean = true
+		t.Cleanup(func() {
+			for _, id := range sshHookIDs {
+				_, _ = s.Try("onehook", "delete", strconv.Itoa(id))
+			}
+		})
+	}
 	switch {
-	case on && prologID < 0:
-		out := s.One(t, "onehook", "create", "/var/lib/one/remotes/hooks/rbdfence/prolog_ssh.hook")
-		f := strings.Fields(out)
-		if len(f) == 0 {
-			return fmt.Errorf("onehook create: %q", out)
+	case on && sshHookIDs == nil:
+		for _, file := range sshHookFiles {
+			out := s.One(t, "onehook", "create", file)
+			f := strings.Fields(out) // "ID: 3"
+			if len(f) == 0 {
+				return fmt.Errorf("onehook create %s: %q", file, out)
+			}
+			id, err := strconv.Atoi(f[len(f)-1])
+			if err != nil {
+				return fmt.Errorf("onehook create %s: %q", file, out)
+			}
+			sshHookIDs = append(sshHookIDs, id)
 		}
-		id, err := strconv.Atoi(f[len(f)-1])
-		if err != nil {
-			return fmt.Errorf("onehook create: %q", out)
+	case !on && sshHookIDs != nil:
+		for _, id := range sshHookIDs {
+			s.One(t, "onehook", "delete", strconv.Itoa(id))
 		}
-		if prologID == -1 {
-			t.Cleanup(func() {
-				if prologID >= 0 {
-					_, _ = s.Try("onehook", "delete", strconv.Itoa(prologID))
-				}
-			})
-		}
-		prologID = id
-	case !on && prologID >= 0:
-		s.One(t, "onehook", "delete", strconv.Itoa(prologID))
-		prologID = -2 // deleted; the cleanup is registered
+		sshHookIDs = nil
 	}
 	return nil
 }
 
 // use switches both hosts to f: the hook file first (no VM exists between
-// two flavours), then the VM_MAD, and rbdfence's PROLOG hook (-prolog).
+// two flavours), then the VM_MAD, and rbdfence's ssh hooks (-sshhooks).
 func use(t testenv.T, s *oned.Stack, hooks []hookFile, f *flavour) error {
-	if err := usePrologHook(t, s, f.hook && prologHook); err != nil {
+	if err := useSSHHooks(t, s, f.hook && sshHooks); err != nil {
 		return err
 	}
 	for _, hf := range hooks {
