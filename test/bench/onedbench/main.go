@@ -73,6 +73,7 @@ func main() {
 	sshMode := flag.String("ssh", "both", "oned's ssh: plain, mux (the packages' multiplexing: OpenNebula's ssh wrapper in oned's PATH) or both (plain rounds, then mux rounds)")
 	settleFlag := flag.Duration("settle", 2*time.Second, "pause before each timed operation, so that none starts while the one before it still ends in the background (QEMU's exit, the hooks' and the actions' records, Ceph's deletes)")
 	sshHooksFlag := flag.Bool("sshhooks", true, "the rbdfence flavour has rbdfence's ssh hooks (packaging/files/prolog_ssh.hook and migrate_ssh.hook: rbdfence's ssh masters opened while PROLOG and a live migration's tm premigrate run), created with onehook create for its VMs and deleted for the baseline's")
+	flag.StringVar(&libvirtLog, "libvirtlog", "", "a directory: libvirtd on both hosts logs its migration and process phases (virt-admin daemon-log-filters, debug level) and the logs are copied there when the program ends, each traced operation's start in the trace's lines (UTC) to match them")
 	trace := flag.Int("trace", 0, "after the rounds, this many rounds under perf, each a deploy and a live migration per flavour: the first round's process trees (each process's start, run time and connects) and the medians of the VMM action's time (trace.go)")
 	flag.Parse()
 	settle, sshHooks = *settleFlag, *sshHooksFlag
@@ -109,6 +110,11 @@ type flavour struct {
 
 func run(t testenv.T, rounds int, modes []string, trace int) error {
 	s := oned.Start(t, "fe74")
+	if libvirtLog != "" {
+		if err := startLibvirtLog(t, s, libvirtLog); err != nil {
+			return err
+		}
+	}
 	hooks, err := saveHooks(t, s)
 	if err != nil {
 		return err
@@ -315,6 +321,41 @@ func use(t testenv.T, s *oned.Stack, hooks []hookFile, f *flavour) error {
 			s.ReplaceHost(t, h.Name, f.vmMad)
 		}
 	}
+	return nil
+}
+
+// libvirtLog is -libvirtlog.
+var libvirtLog string
+
+// libvirtFilters are libvirtd's debug logs of a migration's phases (Begin,
+// Prepare, Perform, Finish, Confirm), its QEMU's start and stop, its
+// monitor commands and its hook calls.
+const libvirtFilters = "1:qemu.qemu_migration 1:qemu.qemu_process 1:qemu.qemu_monitor 1:qemu.qemu_domain 1:util.hook 4:*"
+
+// startLibvirtLog turns libvirtd's debug log on for both hosts (at run time:
+// virt-admin, no restart) into the host's /var/log/onedbench-libvirtd.log,
+// and copies each into dir when the program ends, before the stack stops.
+func startLibvirtLog(t testenv.T, s *oned.Stack, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, h := range s.Hosts {
+		if out, err := s.TryHost(h, "virt-admin daemon-log-filters '"+libvirtFilters+"' && virt-admin daemon-log-outputs '1:file:/var/log/onedbench-libvirtd.log'"); err != nil {
+			return fmt.Errorf("libvirtd's log on %s: %v: %s", h.Name, err, out)
+		}
+	}
+	t.Cleanup(func() {
+		for _, h := range s.Hosts {
+			src := filepath.Join(oned.Dir(), h.Name, "fs", "var-log", "onedbench-libvirtd.log")
+			b, err := os.ReadFile(src)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, "libvirtd-"+h.Name+".log"), b, 0o644)
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "onedbench: libvirtd's log of %s not copied: %v\n", h.Name, err)
+			}
+		}
+	})
 	return nil
 }
 

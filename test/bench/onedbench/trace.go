@@ -254,6 +254,9 @@ func traceOne(t testenv.T, s *oned.Stack, hooks []hookFile, img oned.Image, mode
 	}
 	var spans []span
 	op := func(name string, fn func()) {
+		if libvirtLog != "" {
+			fmt.Fprintf(os.Stderr, "traced %s of VM %d (%s) starts at %s UTC\n", name, vm, f.name, time.Now().UTC().Format("15:04:05.000"))
+		}
 		t0 := monoNow()
 		fn()
 		spans = append(spans, span{name, t0, monoNow()})
