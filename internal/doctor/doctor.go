@@ -128,12 +128,14 @@ func Run(ctx context.Context, o Options) []Result {
 		out = append(out, checkWrappers(o.Root, fx)...)
 		out = append(out, checkVMMAD(o.Root, fx))
 		out = append(out, checkOned(ctx, cfg))
-		out = append(out, checkSSHHooks(ctx, o.Root, cfg))
+		// The KVM hosts, asked of oned once for the checks that go through them.
+		_, hosts, hostsErr := kvmHosts(ctx, o.Root, cfg)
+		out = append(out, checkSSHHooks(ctx, o.Root, cfg, hosts))
 		out = append(out, checkHostAddrs(ctx, o.Root, cfg))
 		if o.HostFences != nil {
 			out = append(out, checkHostFences(ctx, o.HostFences))
 		}
-		out = append(out, checkHosts(ctx, o.Root, cfg, o.Version)...)
+		out = append(out, checkHosts(ctx, cfg, hosts, hostsErr, o.Version)...)
 	}
 	return out
 }

@@ -209,9 +209,8 @@ func kvmHosts(ctx context.Context, root string, cfg *config.Config) ([]opennebul
 }
 
 // checkHosts asks every KVM host (not OFFLINE) what runs there, as a start
-// reaches it: one line per host.
-func checkHosts(ctx context.Context, root string, cfg *config.Config, version string) []Result {
-	_, names, err := kvmHosts(ctx, root, cfg)
+// reaches it: one line per host. names and err are kvmHosts' answer.
+func checkHosts(ctx context.Context, cfg *config.Config, names []string, err error, version string) []Result {
 	if err != nil {
 		return []Result{{Check: "hosts", Detail: "cannot list the hosts: " + oneLine(err.Error()), Fix: "see the oned check"}}
 	}

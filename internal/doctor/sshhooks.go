@@ -46,10 +46,11 @@ func onState(lcm string) func(h opennebula.Hook) bool {
 // sshHookCommand is their COMMAND's file name.
 const sshHookCommand = "sshwarm-rbdfence"
 
-// checkSSHHooks lists oned's hooks and the KVM hosts, and asks the ssh
-// config (ssh -G, as an action does) which hosts an action reaches over a
-// master of rbdfence's own.
-func checkSSHHooks(ctx context.Context, root string, cfg *config.Config) Result {
+// checkSSHHooks lists oned's hooks, and asks the ssh config (ssh -G, as an
+// action does) which of the KVM hosts (kvmHosts; none when oned could not
+// list them: the hosts check says why) an action reaches over a master of
+// rbdfence's own.
+func checkSSHHooks(ctx context.Context, root string, cfg *config.Config, names []string) Result {
 	c, err := opennebula.New(cfg.OpenNebula.Endpoint, cfg.OpenNebula.AuthFile, time.Duration(cfg.Timeouts.Oned))
 	var hooks []opennebula.Hook
 	if err == nil {
@@ -57,10 +58,6 @@ func checkSSHHooks(ctx context.Context, root string, cfg *config.Config) Result 
 	}
 	if err != nil {
 		return Result{Check: "ssh-hooks", Detail: "cannot list oned's hooks: " + oneLine(err.Error()), Fix: "see the oned check"}
-	}
-	_, names, err := kvmHosts(ctx, root, cfg)
-	if err != nil {
-		names = nil // the hosts check says why
 	}
 	e := &frontend.Env{Cfg: cfg, Stdout: io.Discard, Stderr: io.Discard, Log: frontend.NewLog(io.Discard, -1)}
 	var own []string

@@ -102,7 +102,7 @@ func (e *Env) masterAsked() bool {
 // OwnMaster says whether this front-end's sessions to host ride a master of
 // rbdfence's own (control.opts): sshArgv asks for one, opennebula.ssh_persist
 // is not 0 and the ssh config names no ControlPath for host (ssh -G). Only
-// there does the PROLOG hook (WarmSSH) open a connection.
+// there do the ssh hooks (WarmSSH) open a connection.
 func (e *Env) OwnMaster(host string) bool {
 	return e.masterAsked() && len(e.control.opts(e.Cfg, host)) > 0
 }

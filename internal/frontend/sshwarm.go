@@ -69,12 +69,18 @@ func WarmSSH(ctx context.Context, e *Env, args []string, stdin io.Reader) error 
 		}()
 	}
 	wg.Wait()
+	// The first failure is the hook's error; a second one is logged, not lost.
+	var first error
 	for _, err := range errs {
-		if err != nil {
-			return err
+		switch {
+		case err == nil:
+		case first == nil:
+			first = err
+		default:
+			e.Log.Error("%v", err)
 		}
 	}
-	return nil
+	return first
 }
 
 // lcmMigrate is LCM_STATE MIGRATE: a live migration (VirtualMachine.h:80).

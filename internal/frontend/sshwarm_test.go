@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -45,6 +46,7 @@ func TestWarmSSH(t *testing.T) {
 		want  []string // the hosts ssh'd to with rbdfence's master options
 		kind  outcome.Kind
 		msg   string
+		both  bool // each host's failure is said: one as the error, the other logged
 	}{
 		{name: "no master in the config", stdin: onNode1, gOut: plain, want: []string{"node1"}, msg: "ssh master to node1 opened for the action (pid 4242, kept 1m10s)"},
 		{name: "master already open", stdin: onNode1, gOut: plain, open: []string{"node1"}, msg: "already open (pid 4242)"},
@@ -53,7 +55,7 @@ func TestWarmSSH(t *testing.T) {
 		{name: "ssh fails", stdin: onNode1, gOut: plain, rc: "255", want: []string{"node1"}, kind: outcome.Unavailable, msg: "ssh exited 255: ssh: connect to host node1 port 22: Connection refused"},
 		{name: "live migration: both hosts", stdin: migrating, gOut: plain, want: []string{"node1", "node2"}, msg: "ssh master to node2 opened for the action"},
 		{name: "live migration: the source's open", stdin: migrating, gOut: plain, open: []string{"node2"}, want: []string{"node1"}, msg: "ssh master to node2 already open"},
-		{name: "live migration: both fail", stdin: migrating, gOut: plain, rc: "255", want: []string{"node1", "node2"}, kind: outcome.Unavailable, msg: "not opened"},
+		{name: "live migration: both fail", stdin: migrating, gOut: plain, rc: "255", want: []string{"node1", "node2"}, kind: outcome.Unavailable, msg: "not opened", both: true},
 		{name: "live migration to its own host", stdin: vmXML("4", rec("0", "node1")+rec("1", "node1")), gOut: plain, want: []string{"node1"}, msg: "node1 opened"},
 		{name: "PROLOG of a VM placed before", stdin: vmXML("1", rec("0", "node2")+rec("1", "node1")), gOut: plain, want: []string{"node1"}, msg: "node1 opened"},
 		{name: "live migration from a bad name", stdin: vmXML("4", rec("0", "-oProxyCommand=x")+rec("1", "node1")), gOut: plain, kind: outcome.Usage, msg: "no ssh connection opened"},
@@ -89,6 +91,9 @@ func TestWarmSSH(t *testing.T) {
 			}
 			if err == nil && !strings.Contains(stderr.String(), tc.msg) {
 				t.Fatalf("log %q, want %q in it", stderr.String(), tc.msg)
+			}
+			if said := fmt.Sprint(err) + stderr.String(); tc.both && (!strings.Contains(said, "ssh master to node1 not opened") || !strings.Contains(said, "ssh master to node2 not opened")) {
+				t.Fatalf("both hosts failed, but not both are said: error %v, log %q", err, stderr.String())
 			}
 			b, _ := os.ReadFile(log)
 			opts := "-o ControlPath=" + filepath.Join(home, ".ssh", "rbdfence", "%C") + " -o ControlPersist=70"
