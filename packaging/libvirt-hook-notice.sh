@@ -19,9 +19,23 @@ libvirt_hook_notice() {
 	if [ -z "$_lhn_pid" ]; then
 		_lhn_pid=$(pgrep -o -x 'libvirtd|virtqemud' 2>/dev/null) || return 0
 	fi
-	_lhn_up=$(ps -o etimes= -p "$_lhn_pid" 2>/dev/null | tr -d ' ')
 	_lhn_name=$(ps -o comm= -p "$_lhn_pid" 2>/dev/null)
-	[ -n "$_lhn_up" ] && [ -n "$_lhn_name" ] || return 0
+	[ -n "$_lhn_name" ] || return 0
+	# ps can answer an elapsed time longer than the machine's uptime (seen
+	# once: "running since 1896"): such an answer is asked again, and judged
+	# on only when it is possible.
+	for _lhn_try in 1 2 3; do
+		_lhn_up=$(ps -o etimes= -p "$_lhn_pid" 2>/dev/null | tr -d ' ')
+		[ -n "$_lhn_up" ] || return 0
+		_lhn_boot=$(cut -d. -f1 /proc/uptime 2>/dev/null) || _lhn_boot=
+		[ -z "$_lhn_boot" ] || [ "$_lhn_up" -le "$((_lhn_boot + 1))" ] && break
+		_lhn_up=
+		sleep 1
+	done
+	if [ -z "$_lhn_up" ]; then
+		echo "WARNING: cannot tell when $_lhn_name (pid $_lhn_pid) started (ps gives more than the uptime), so whether it will run rbdfence's qemu hook: systemctl restart $_lhn_name to be sure"
+		return 0
+	fi
 	_lhn_start=$(($(date +%s) - _lhn_up - 1))
 	for _lhn_f in "$_lhn_dir/qemu" "$_lhn_dir"/qemu.d/*; do
 		if [ -f "$_lhn_f" ] && [ -x "$_lhn_f" ] && [ "$(stat -c %Z "$_lhn_f")" -lt "$_lhn_start" ]; then
